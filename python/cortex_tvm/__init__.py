@@ -1,0 +1,25 @@
+"""cortex_tvm: a compiler for recursive deep-learning models, as an extension of Apache TVM.
+
+    import cortex_tvm as ct
+    trees, vocab = ct.data.load_ptb("trees.txt")
+    model = ct.models.TreeLSTM(hidden_size=256, vocab_size=len(vocab))
+    compiled = model.compile(target="llvm")
+    roots = compiled(trees)            # numpy (len(trees), 256): root h
+
+Pipeline, one module per stage: `ra` (recursive API) -> `lower` (TIR) ->
+`schedule` (RecSchedule primitives) -> `build` -> `runtime`; `linearize`
+turns trees into the kernel's index arrays.
+"""
+from . import data, linearize, models, ra
+from .build import compile_count, make_target
+from .data import Node, load_ptb
+from .linearize import Linearized
+from .runtime import CompiledModel
+from .schedule import RecSchedule, ScheduleError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "data", "linearize", "models", "ra", "Node", "load_ptb", "Linearized",
+    "RecSchedule", "ScheduleError", "CompiledModel", "compile_count", "make_target", "__version__",
+]

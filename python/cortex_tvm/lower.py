@@ -1,0 +1,308 @@
+"""RA program -> one TIR PrimFunc (the ILIR of CORTEX).
+
+The recursion becomes loops: a `leaves` scope block computes every leaf at
+once, then a serial loop over levels runs one `level` scope block per level,
+whose node loop has the data-dependent extent
+`level_offsets[l + 1] - level_offsets[l]`, and a `roots` block gathers the
+first state of each tree's root.  Each stage body comes from TVM's own
+`te.create_prim_func` on the RA computes, with node id = level start +
+position; it is then spliced into the level loop.  Scratchpads (per-node
+intermediates) are indexed by position in the level (dense), so they have
+`max_level_size` rows.
+
+Lowering is an ordered list of named steps (`STEPS`); `lower(program,
+dump=print)` shows the IR after each.
+
+The PrimFunc's parameters, in order (`Lowered.params` names them):
+  node inputs (int32 (N,)), children (int32 (N, K)), [num_children (int32 (N,))],
+  level_offsets (int32 (L+1,)), roots (int32 (B,)), max_level_size (int32 scalar),
+  weights (in first-use order), states (N, *state_shape), out (B, *first_state_shape)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+import tvm_ffi
+from tvm import te, tirx
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as Tb
+
+from . import ra
+
+FUNC_NAME = "cortex_main"
+
+
+@dataclass
+class Stage:
+    """One stage (leaf or internal) as a TE-made PrimFunc, with its RA <-> buffer maps."""
+
+    name: str
+    func: tirx.PrimFunc
+    placeholders: dict        # RA object (or "children"/"num_children") -> te param buffer
+    outputs: dict             # RecState -> te output buffer (rows = level positions)
+    offset: tirx.Var          # first node id of the level
+    size: tirx.Var            # number of nodes in the level
+
+
+@dataclass
+class Lowered:
+    """The lowered program: the IRModule plus what the runtime needs to call it."""
+
+    mod: tvm.IRModule
+    program: ra.RecProgram
+    params: list              # parameter names in call order
+    weights: list             # [ra.Weight] in parameter order
+    node_inputs: list         # [ra.NodeInput] in parameter order
+    uses_num_children: bool
+
+    @property
+    def func(self) -> tirx.PrimFunc:
+        return self.mod[FUNC_NAME]
+
+
+# ----------------------------------------------------------------------------- step 1: stages
+class _Placeholders(dict):
+    """RA inputs -> te.placeholder, created on first read (so unused inputs never appear)."""
+
+    def __init__(self, num_slots, max_children):
+        super().__init__()
+        self.num_slots, self.max_children = num_slots, max_children
+
+    def __missing__(self, key):
+        n = self.num_slots
+        if key == "children":
+            t = te.placeholder((n, self.max_children), "int32", name="children")
+        elif key == "num_children":
+            t = te.placeholder((n,), "int32", name="num_children")
+        elif isinstance(key, ra.NodeInput):
+            t = te.placeholder((n,), "int32", name=key.name)
+        elif isinstance(key, ra.Weight):
+            t = te.placeholder(key.shape, key.dtype, name=key.name)
+        elif isinstance(key, ra.RecState):
+            t = te.placeholder((n,) + key.shape, key.dtype, name=key.name)
+        else:
+            raise TypeError(f"cannot read {key!r} inside an RA compute")
+        self[key] = t
+        return t
+
+
+def build_stage(program: ra.RecProgram, stage: str) -> Stage:
+    """TE for one stage: every compute gets a leading axis over the level's nodes."""
+    offset, size, num_slots = te.var("offset"), te.var("level_size"), te.var("num_slots")
+    placeholders = _Placeholders(num_slots, program.spec.max_children)
+    binding = ra.Binding(node=None, position=None, tensors={}, placeholders=placeholders)
+
+    def instantiate(c: ra.Compute):
+        position = tirx.Var("position", "int32")
+        idx = [tirx.Var(f"i{d}", "int32") for d in range(len(c.shape))]
+        saved = binding.node, binding.position
+        binding.node, binding.position = offset + position, position
+        try:
+            expr = c.fcompute(*idx)
+        finally:
+            binding.node, binding.position = saved
+        return _te_compute((size,) + c.shape, [position] + idx, expr, c.name)
+
+    binding.instantiate = instantiate
+    cases = getattr(program, stage)
+    with ra.binding(binding):
+        for state in program.states:
+            c = cases[state]
+            if c not in binding.tensors:
+                binding.tensors[c] = instantiate(c)
+    outputs = {s: binding.tensors[cases[s]] for s in program.states}
+    args = list(placeholders.values()) + [offset] + list(outputs.values())
+    func = te.create_prim_func(args)
+    params = dict(zip(args, func.params))
+    return Stage(stage, func, {k: params[t] for k, t in placeholders.items()},
+                 {s: params[t] for s, t in outputs.items()}, params[offset], size)
+
+
+def _te_compute(shape, variables, expr, name):
+    """te.compute from an expression over `variables`.
+
+    TE wants a reduction to be a whole compute body; RA lets users write
+    `tanh(sum(...) + b)`, so each nested reduction becomes its own compute
+    (`<name>_sum`, `<name>_sum1`, ...) read back at the same index.
+    """
+    def substitute(e, mapping):
+        return tvm_ffi.structural_map(e, (tvm.ir.Var, lambda v: mapping.get(v, v)), order="post")
+
+    def make(body, tensor_name):
+        return te.compute(shape, lambda *ix: substitute(body, dict(zip(variables, ix))), name=tensor_name)
+
+    if isinstance(expr, tirx.Reduce):
+        return make(expr, name)
+    nested = []
+    tvm_ffi.structural_walk(expr, (tirx.Reduce, nested.append), order="post")
+    replaced = {}
+    for k, reduction in enumerate(nested):
+        aux = make(reduction, f"{name}_sum" + (str(k) if k else ""))
+        replaced[reduction] = aux[tuple(variables)]
+    if replaced:
+        expr = tvm_ffi.structural_map(expr, (tirx.Reduce, lambda r: replaced.get(r, r)), order="post")
+    return make(expr, name)
+
+
+# ----------------------------------------------------------------------------- step 2: splice
+def _rebase(stmt, rows: dict, hidden_reads: set):
+    """Rewrite accesses of stage buffers to function buffers.
+
+    rows: te buffer -> (function buffer, row offset expr): element [j, ...] becomes
+    [offset + j, ...].  hidden_reads: te buffers whose reads are dropped from block
+    read regions: the recursive states read at children.  Those rows belong to
+    earlier levels, so they carry no dependence inside a level, and listing them
+    would make every block look like it reads what the level writes.
+    """
+    def index(buf, idx):
+        new_buf, off = rows[buf]
+        return new_buf, [off + idx[0]] + list(idx[1:]) if off is not None else list(idx)
+
+    def on_load(ld):
+        if ld.source in rows:
+            buf, idx = index(ld.source, ld.indices)
+            return tirx.BufferLoad(buf, idx)
+        return ld
+
+    def on_store(st):
+        if st.buffer in rows:
+            buf, idx = index(st.buffer, st.indices)
+            return tirx.BufferStore(buf, st.value, idx)
+        return st
+
+    def on_region(r):
+        if r.source in rows:
+            new_buf, off = rows[r.source]
+            region = list(r.region)
+            if off is not None:
+                region[0] = tvm.ir.Range.from_min_extent(off + region[0].min, region[0].extent)
+            return tirx.BufferRegion(new_buf, region)
+        return r
+
+    def on_block(b):
+        reads = [r for r in b.reads if r.source not in hidden_reads]
+        if len(reads) == len(b.reads):
+            return b
+        return tvm.s_tir.stmt.SBlock(b.iter_vars, reads, b.writes, b.name_hint, b.body, b.init,
+                                     b.alloc_buffers, b.match_buffers, b.annotations)
+
+    stmt = tvm_ffi.structural_map(stmt, [(tvm.s_tir.stmt.SBlock, on_block)], order="post")
+    return tvm_ffi.structural_map(stmt, [(tvm.ir.TensorLoad, on_load), (tirx.BufferStore, on_store),
+                                         (tvm.ir.TensorRegion, on_region)], order="post")
+
+
+def _splice(stage: Stage, buffers: dict, level_start, level_end, max_level_size):
+    """Add a stage's loop nest to the block being built, for nodes [level_start, level_end)."""
+    rows = {}
+    for key, te_buf in stage.placeholders.items():
+        rows[te_buf] = (buffers[key], None)
+    for state, te_buf in stage.outputs.items():
+        rows[te_buf] = (buffers[state], level_start)
+    for scratch in stage.func.body.block.alloc_buffers:
+        new = Tb.sblock_alloc_buffer([max_level_size] + list(scratch.shape[1:]), scratch.dtype)
+        IRBuilder.name(scratch.name, new)
+        rows[scratch] = (new, None)
+    hidden = {te_buf for key, te_buf in stage.placeholders.items() if isinstance(key, ra.RecState)}
+    body = _rebase(stage.func.body.block.body, rows, hidden)
+    size_var = _level_size_var(stage)
+    variables = {stage.offset: level_start}
+    if size_var is not None:
+        variables[size_var] = level_end - level_start
+    body = tvm_ffi.structural_map(body, (tvm.ir.Var, lambda v: variables.get(v, v)), order="post")
+    Tb.add_to_parent(body)
+
+
+def _level_size_var(stage: Stage):
+    """The var create_prim_func made for the level size (the outputs' first dimension)."""
+    first = next(iter(stage.outputs.values())).shape[0]
+    return first if isinstance(first, tvm.ir.Var) else None
+
+
+def assemble(program: ra.RecProgram, leaf: Stage, internal: Stage) -> Lowered:
+    """The whole inference as one PrimFunc: leaves, serial level loop, roots."""
+    used = {**leaf.placeholders, **internal.placeholders}
+    node_inputs = [k for k in used if isinstance(k, ra.NodeInput)]
+    weights = [k for k in used if isinstance(k, ra.Weight)]
+    uses_num_children = "num_children" in used
+    K = program.spec.max_children
+    out_state = program.states[0]
+
+    with IRBuilder() as ib:
+        with Tb.prim_func(s_tir=True):
+            Tb.func_name(FUNC_NAME)
+            Tb.func_attr({"tirx.noalias": True})
+            N, L1, B = Tb.int32(), Tb.int32(), Tb.int32()
+            IRBuilder.name("num_slots", N)
+            IRBuilder.name("num_levels_plus_1", L1)
+            IRBuilder.name("batch", B)
+
+            def buffer(name, shape, dtype):
+                # align = element size: callers pass numpy arrays, which are not
+                # 64-byte aligned, so the code must not use aligned vector loads
+                return Tb.arg(name, Tb.buffer(shape, dtype, buffer_name=name, align=4))
+
+            buffers, params = {}, []
+            for inp in node_inputs:
+                buffers[inp] = buffer(inp.name, (N,), "int32")
+                params.append(inp.name)
+            buffers["children"] = buffer("children", (N, K), "int32")
+            params.append("children")
+            if uses_num_children:
+                buffers["num_children"] = buffer("num_children", (N,), "int32")
+                params.append("num_children")
+            level_offsets = buffer("level_offsets", (L1,), "int32")
+            roots = buffer("roots", (B,), "int32")
+            max_level_size = Tb.arg("max_level_size", Tb.int32())
+            params += ["level_offsets", "roots", "max_level_size"]
+            for w in weights:
+                buffers[w] = buffer(w.name, w.shape, w.dtype)
+                params.append(w.name)
+            for s in program.states:
+                buffers[s] = buffer(s.name, (N,) + s.shape, s.dtype)
+                params.append(s.name)
+            out = buffer("out", (B,) + out_state.shape, out_state.dtype)
+            params.append("out")
+
+            everything = [b[tuple(slice(0, d) for d in b.shape)] for b in buffers.values()]
+            states = [buffers[s][tuple(slice(0, d) for d in buffers[s].shape)] for s in program.states]
+            with Tb.sblock("root"):
+                with Tb.sblock("leaves"):
+                    Tb.reads(*everything, level_offsets[0:L1])
+                    Tb.writes(*states)
+                    _splice(leaf, buffers, level_offsets[0], level_offsets[1], max_level_size)
+                with Tb.serial(1, L1 - 1) as l:
+                    with Tb.sblock("level"):
+                        vl = Tb.axis.opaque(L1, l)
+                        Tb.reads(*everything, level_offsets[0:L1])
+                        Tb.writes(*states)
+                        _splice(internal, buffers, level_offsets[vl], level_offsets[vl + 1], max_level_size)
+                with Tb.grid(B, *out_state.shape) as loops:
+                    with Tb.sblock("roots"):
+                        v = Tb.axis.remap("S" * len(loops), list(loops))
+                        v = [v] if isinstance(v, tvm.ir.Var) else list(v)
+                        Tb.buffer_store(out, buffers[out_state][tuple([roots[v[0]]] + v[1:])], v)
+    func = ib.get()
+    return Lowered(tvm.IRModule({FUNC_NAME: func}), program, params, weights, node_inputs, uses_num_children)
+
+
+# ----------------------------------------------------------------------------- the pipeline
+STEPS = [
+    ("build_leaf_stage", "TE loop nests for leaves (leaf specialization)"),
+    ("build_internal_stage", "TE loop nests for one level of internal nodes"),
+    ("assemble", "one PrimFunc: leaves, serial level loop, roots gather"),
+]
+
+
+def lower(program: ra.RecProgram, dump=None) -> Lowered:
+    """Run the lowering steps; `dump(step_name, ir)` sees the IR after each."""
+    leaf = build_stage(program, "leaf")
+    if dump:
+        dump("build_leaf_stage", leaf.func)
+    internal = build_stage(program, "internal")
+    if dump:
+        dump("build_internal_stage", internal.func)
+    lowered = assemble(program, leaf, internal)
+    if dump:
+        dump("assemble", lowered.func)
+    return lowered

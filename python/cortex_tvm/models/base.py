@@ -1,0 +1,134 @@
+"""What every model shares: weights (seeded init, validated loading), lowering, compiling.
+
+A model subclass says three things: its weight shapes, its RA program, and a
+numpy level-batched executor (the baseline the demo and benchmarks compare
+against).  Everything else (lowering, scheduling, building) is generic.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import linearize as _linearize
+from .. import lower as _lower
+
+
+def _to_numpy(name, value):
+    """numpy array from a numpy array or a torch tensor (torch is optional)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):       # a torch.Tensor
+        value = value.detach().cpu().numpy()
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"weight {name!r}: expected a numpy array or torch tensor, got {type(value).__name__}")
+    return value
+
+
+class Model:
+    """Base of the model zoo.  Subclasses define `weight_shapes`, `program`, `numpy_forward`."""
+
+    #: map from other naming schemes (e.g. PyTorch state_dict keys) to ours
+    aliases: dict = {}
+
+    def __init__(self, seed: int = 0):
+        self._program = None
+        self.weights = self.init_weights(seed)
+
+    # -- to be defined by each model ------------------------------------------------------
+    def weight_shapes(self) -> dict:
+        raise NotImplementedError
+
+    def build_program(self):
+        raise NotImplementedError
+
+    def numpy_forward(self, lin: _linearize.Linearized) -> np.ndarray:
+        """All states of all slots, level by level in numpy: (num_slots, *state shape) per state."""
+        raise NotImplementedError
+
+    @property
+    def max_children(self) -> int:
+        return self.program.spec.max_children
+
+    @property
+    def vocab_bound(self):
+        """Word ids must lie in [0, vocab_bound); None when the model reads no words."""
+        return getattr(self, "vocab_size", None)
+
+    # -- weights --------------------------------------------------------------------------
+    def init_weights(self, seed: int) -> dict:
+        """Seeded random weights like torch's defaults: N(0,1) embeddings, U(+-1/sqrt(fan_in)) else."""
+        rng = np.random.default_rng(seed)
+        out = {}
+        for name, shape in self.weight_shapes().items():
+            if name.startswith("emb"):
+                w = rng.standard_normal(shape)
+            else:
+                fan_in = shape[1] if len(shape) > 1 else shape[0]
+                bound = fan_in ** -0.5
+                w = rng.uniform(-bound, bound, shape)
+            out[name] = w.astype(np.float32)
+        return out
+
+    def load_weights(self, weights) -> "Model":
+        """Replace all weights; `weights` maps names to numpy arrays or torch tensors (a state_dict works).
+
+        Raises ValueError for missing, extra or wrongly shaped weights and
+        TypeError for anything that is not a float32 array.  Returns self.
+        """
+        if not hasattr(weights, "items"):
+            raise TypeError(f"load_weights: expected a dict of arrays, got {type(weights).__name__}")
+        shapes = self.weight_shapes()
+        given = {self.aliases.get(k, k): v for k, v in weights.items()}
+        missing = sorted(set(shapes) - set(given))
+        extra = sorted(set(given) - set(shapes))
+        if missing:
+            raise ValueError(f"load_weights: missing weights {missing} (expected {sorted(shapes)})")
+        if extra:
+            raise ValueError(f"load_weights: unexpected weights {extra} (expected {sorted(shapes)})")
+        new = {}
+        for name, shape in shapes.items():
+            w = _to_numpy(name, given[name])
+            if w.dtype != np.float32:
+                raise TypeError(f"weight {name!r}: dtype {w.dtype}, expected float32 (use .astype(np.float32))")
+            if tuple(w.shape) != tuple(shape):
+                raise ValueError(f"weight {name!r}: shape {tuple(w.shape)}, expected {tuple(shape)}")
+            if not np.all(np.isfinite(w)):
+                raise ValueError(f"weight {name!r}: contains NaN or infinity")
+            new[name] = np.ascontiguousarray(w)
+        self.weights = new
+        return self
+
+    # -- stages ---------------------------------------------------------------------------
+    @property
+    def program(self):
+        if self._program is None:
+            self._program = self.build_program()
+        return self._program
+
+    def lower(self, dump=None) -> _lower.Lowered:
+        """The RA program lowered to one TIR PrimFunc, before scheduling."""
+        if dump is not None or not hasattr(self, "_lowered"):
+            lowered = _lower.lower(self.program, dump=dump)
+            if dump is not None:
+                return lowered
+            self._lowered = lowered
+        return self._lowered
+
+    def compile(self, target="llvm", schedule=None, tuning_log=None):
+        """Lower, schedule and build; the result is called on a list of trees.
+
+        schedule: a recipe name from `cortex_tvm.schedules` (default: the best
+        for this model and target) or a callable taking a RecSchedule.
+        The weights loaded now are the ones the compiled model uses.
+        """
+        from ..build import compile_model
+        return compile_model(self, target=target, schedule=schedule, tuning_log=tuning_log)
+
+    def linearize(self, trees, pad=1) -> _linearize.Linearized:
+        return _linearize.linearize(trees, self.max_children, pad=pad, vocab_size=self.vocab_bound)
+
+    def reference(self, trees) -> np.ndarray:
+        """Root states from the numpy level-batched executor (the demo's baseline)."""
+        lin = self.linearize(trees)
+        return self.numpy_forward(lin)[0][lin.roots]
+
+    def flops(self, lin: _linearize.Linearized) -> float:
+        """Useful multiply-add FLOPs for one batch (for GFLOP/s reports); 0 if unknown."""
+        return 0.0

@@ -1,0 +1,60 @@
+"""TreeFC (the CORTEX paper's running example; TreeRNN with a shared child sum)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ra
+from .base import Model
+
+
+class TreeFC(Model):
+    """Leaf h = emb[word]; internal h = tanh(W (h_l + h_r) + b).
+
+    Weights (float32, nn.Linear convention y = W x + b):
+    `emb (V, H)`, `W (H, H)`, `b (H,)`.
+    """
+
+    aliases = {"emb.weight": "emb", "W.weight": "W", "W.bias": "b"}
+
+    def __init__(self, hidden_size: int, vocab_size: int, seed: int = 0):
+        _check_sizes(hidden_size=hidden_size, vocab_size=vocab_size)
+        self.hidden_size, self.vocab_size = hidden_size, vocab_size
+        super().__init__(seed)
+
+    def weight_shapes(self):
+        H, V = self.hidden_size, self.vocab_size
+        return {"emb": (V, H), "W": (H, H), "b": (H,)}
+
+    def build_program(self):
+        H, V = self.hidden_size, self.vocab_size
+        tree, n = ra.Tree(max_children=2), ra.node()
+        word = ra.node_input("word", bound=V)
+        emb, W, b = ra.weight("emb", (V, H)), ra.weight("W", (H, H)), ra.weight("b", (H,))
+        h = ra.rec_placeholder("h", (H,))
+
+        leaf_h = ra.compute((H,), lambda i: emb[word[n], i], name="leaf_h")
+        k = ra.reduce_axis(H, "k")
+        child_sum = ra.compute((H,), lambda i: h[ra.child(n, 0), i] + h[ra.child(n, 1), i], name="child_sum")
+        internal_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(W[i, k] * child_sum[k], k) + b[i]),
+                                name="internal_h")
+        return ra.rec_compute(tree, {h: (leaf_h, internal_h)})
+
+    def numpy_forward(self, lin):
+        w = self.weights
+        h = np.zeros((lin.num_slots, self.hidden_size), np.float32)
+        lo = lin.level_offsets
+        h[lo[0]:lo[1]] = w["emb"][lin.words[lo[0]:lo[1]]]
+        for start, end in zip(lo[1:-1], lo[2:]):
+            kids = lin.children[start:end]
+            h[start:end] = np.tanh((h[kids[:, 0]] + h[kids[:, 1]]) @ w["W"].T + w["b"])
+        return [h]
+
+    def flops(self, lin):
+        internal = int(lin.level_offsets[-1] - lin.level_offsets[1])
+        return 2.0 * self.hidden_size ** 2 * internal
+
+
+def _check_sizes(**sizes):
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -1,0 +1,260 @@
+"""The Recursive API (RA): models written as per-node tensor equations.
+
+A model says what one node computes, once for leaves and once for internal
+nodes, in TVM compute style; the recursion is only visible through reads of a
+recursive state at a child (`h[child(n, j), k]`).  Nothing is computed here:
+the objects below are a description that `cortex_tvm.lower` turns into TIR.
+
+TreeFC, the CORTEX paper's running example::
+
+    tree = ra.Tree(max_children=2)
+    n = ra.node()
+    word = ra.node_input("word", bound=V)
+    emb, W, b = ra.weight("emb", (V, H)), ra.weight("W", (H, H)), ra.weight("b", (H,))
+    h = ra.rec_placeholder("h", (H,))
+
+    leaf_h = ra.compute((H,), lambda i: emb[word[n], i], name="leaf_h")
+    k = ra.reduce_axis(H, "k")
+    child_sum = ra.compute((H,), lambda i: h[ra.child(n, 0), i] + h[ra.child(n, 1), i], name="child_sum")
+    internal_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(W[i, k] * child_sum[k], k) + b[i]), name="internal_h")
+    program = ra.rec_compute(tree, {h: (leaf_h, internal_h)})
+
+Indexing a per-node tensor (`child_sum[k]`) means "at the current node";
+indexing a recursive state takes the node first (`h[child(n, 0), i]`).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+
+from tvm import te, tirx
+
+__all__ = [
+    "Tree", "node", "node_input", "weight", "rec_placeholder", "compute", "reduce_axis",
+    "sum", "child", "num_children", "is_leaf", "rec_compute", "sigmoid", "tanh", "exp",
+    "if_then_else", "RecProgram", "NodeInput", "Weight", "RecState", "Compute",
+]
+
+
+# ----------------------------------------------------------------------------- structures
+@dataclass(frozen=True)
+class Tree:
+    """A tree whose nodes have at most `max_children` children (a leaf has none)."""
+
+    max_children: int = 2
+    kind: str = "tree"
+
+    def __post_init__(self):
+        if not isinstance(self.max_children, int) or self.max_children < 1:
+            raise ValueError(f"Tree(max_children=...) must be a positive int, got {self.max_children!r}")
+
+
+# ----------------------------------------------------------------------------- lowering context
+class _Context(threading.local):
+    """Where the current per-node compute is being instantiated (set by `lower`).
+
+    `node` is the node id expression, `position` the loop variable over the
+    nodes of the level, and `tensors`/`buffers` translate RA objects to TE.
+    """
+
+    def __init__(self):
+        self.active = None
+
+
+_ctx = _Context()
+
+
+@dataclass
+class Binding:
+    """How RA objects map to TE objects while one stage is lowered.
+
+    `node`/`position` change while each compute body runs; `instantiate(c)`
+    turns a Compute into a te.Tensor (it sets them for c's own body).
+    """
+
+    node: object                 # PrimExpr: id of the current node
+    position: object             # PrimExpr: loop variable over the level's nodes
+    tensors: dict                # Compute -> te.Tensor with a leading node-position axis
+    placeholders: dict           # Weight / NodeInput / RecState / "children" -> te.Tensor
+    instantiate: object = None
+
+
+@contextlib.contextmanager
+def binding(b: Binding):
+    previous, _ctx.active = _ctx.active, b
+    try:
+        yield b
+    finally:
+        _ctx.active = previous
+
+
+def _active() -> Binding:
+    if _ctx.active is None:
+        raise RuntimeError("RA expressions are evaluated by cortex_tvm.lower; "
+                           "index RA tensors only inside ra.compute bodies")
+    return _ctx.active
+
+
+def _node_expr(n):
+    return _active().node if isinstance(n, _NodeRef) else n
+
+
+class _NodeRef:
+    """The node being computed; `ra.node()` returns it."""
+
+    def __repr__(self):
+        return "n"
+
+
+_THE_NODE = _NodeRef()
+
+
+def node() -> _NodeRef:
+    """The symbolic current node `n` of the recursion."""
+    return _THE_NODE
+
+
+# ----------------------------------------------------------------------------- inputs
+def _as_tuple(idx):
+    return idx if isinstance(idx, tuple) else (idx,)
+
+
+@dataclass(eq=False)
+class NodeInput:
+    """An int32 value per node (e.g. the word id of a leaf); `bound` = number of valid values."""
+
+    name: str
+    bound: int
+
+    def __getitem__(self, n):
+        return _active().placeholders[self][_node_expr(n)]
+
+
+@dataclass(eq=False)
+class Weight:
+    """A float32 model parameter of fixed shape."""
+
+    name: str
+    shape: tuple
+    dtype: str = "float32"
+
+    def __getitem__(self, idx):
+        return _active().placeholders[self][_as_tuple(idx)]
+
+
+@dataclass(eq=False)
+class RecState:
+    """A recursive state: one row per node, read at other nodes (children) by index."""
+
+    name: str
+    shape: tuple
+    dtype: str = "float32"
+
+    def __getitem__(self, idx):
+        idx = _as_tuple(idx)
+        return _active().placeholders[self][(_node_expr(idx[0]),) + idx[1:]]
+
+
+@dataclass(eq=False)
+class Compute:
+    """A per-node tensor: `fcompute(*idx)` gives element idx at the current node."""
+
+    shape: tuple
+    fcompute: object
+    name: str
+
+    def __getitem__(self, idx):
+        b = _active()
+        if self not in b.tensors:          # producers are instantiated on first use
+            b.tensors[self] = b.instantiate(self)
+        return b.tensors[self][(b.position,) + _as_tuple(idx)]
+
+
+def node_input(name: str, bound: int) -> NodeInput:
+    if not isinstance(bound, int) or bound < 1:
+        raise ValueError(f"node_input {name!r}: bound must be a positive int, got {bound!r}")
+    return NodeInput(name, bound)
+
+
+def weight(name: str, shape, dtype: str = "float32") -> Weight:
+    return Weight(name, tuple(int(s) for s in shape), dtype)
+
+
+def rec_placeholder(name: str, shape, dtype: str = "float32") -> RecState:
+    """A recursive state of per-node shape `shape` (the paper's `rec_placeholder`)."""
+    return RecState(name, tuple(int(s) for s in shape), dtype)
+
+
+def compute(shape, fcompute, name: str) -> Compute:
+    """A per-node tensor of shape `shape`; `fcompute(*idx)` is its value at the current node."""
+    return Compute(tuple(int(s) for s in shape), fcompute, name)
+
+
+def reduce_axis(extent: int, name: str = "k"):
+    return te.reduce_axis((0, int(extent)), name)
+
+
+def sum(expr, axis):  # noqa: A001 - mirrors te.sum
+    return te.sum(expr, axis=axis)
+
+
+sigmoid = te.sigmoid
+tanh = te.tanh
+exp = te.exp
+
+
+def if_then_else(cond, then_value, else_value):
+    return tirx.if_then_else(cond, then_value, else_value)
+
+
+# ----------------------------------------------------------------------------- node intrinsics
+def child(n, j):
+    """Node id of child `j` of node `n` (the null node, whose states are zero, if absent)."""
+    return _active().placeholders["children"][_node_expr(n), j]
+
+
+def num_children(n):
+    return _active().placeholders["num_children"][_node_expr(n)]
+
+
+def is_leaf(n):
+    return num_children(n) == 0
+
+
+# ----------------------------------------------------------------------------- the program
+@dataclass
+class RecProgram:
+    """A recursive model: for each state, its value at a leaf and at an internal node."""
+
+    spec: Tree
+    states: list                       # [RecState], the first one is the model's output
+    leaf: dict                         # RecState -> Compute
+    internal: dict                     # RecState -> Compute
+
+
+def rec_compute(spec: Tree, cases: dict) -> RecProgram:
+    """Tie recursive states to their (leaf, internal) computes.
+
+    `cases` maps each RecState to a pair `(leaf_compute, internal_compute)`;
+    the shapes must match the state's.  The first state is what the compiled
+    model returns for each root.
+    """
+    if not isinstance(spec, Tree):
+        raise TypeError(f"rec_compute: spec must be ra.Tree, got {type(spec).__name__}")
+    if not cases:
+        raise ValueError("rec_compute: no recursive states given")
+    states, leaf, internal = [], {}, {}
+    for state, pair in cases.items():
+        if not isinstance(state, RecState):
+            raise TypeError(f"rec_compute: keys must be rec_placeholder states, got {state!r}")
+        leaf_c, internal_c = pair
+        for which, c in (("leaf", leaf_c), ("internal", internal_c)):
+            if not isinstance(c, Compute):
+                raise TypeError(f"rec_compute: {which} value of {state.name!r} must be ra.compute")
+            if c.shape != state.shape:
+                raise ValueError(f"rec_compute: {which} value {c.name!r} has shape {c.shape}, "
+                                 f"state {state.name!r} has {state.shape}")
+        states.append(state)
+        leaf[state], internal[state] = leaf_c, internal_c
+    return RecProgram(spec, states, leaf, internal)
