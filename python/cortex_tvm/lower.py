@@ -32,6 +32,11 @@ from . import ra
 
 FUNC_NAME = "cortex_main"
 
+# Scratchpads get at least this many rows: a node tile of up to this many rows
+# then provably fits, so TVM compacts a tiled accumulator to a constant-size
+# (stack, then register) buffer instead of min(max_level_size, tile) (heap).
+MIN_SCRATCH_ROWS = 64
+
 
 @dataclass
 class Stage:
@@ -200,7 +205,7 @@ def _splice(stage: Stage, buffers: dict, level_start, level_end, max_level_size)
     for state, te_buf in stage.outputs.items():
         rows[te_buf] = (buffers[state], level_start)
     for scratch in stage.func.body.block.alloc_buffers:
-        new = Tb.sblock_alloc_buffer([max_level_size] + list(scratch.shape[1:]), scratch.dtype)
+        new = Tb.sblock_alloc_buffer([tirx.max(max_level_size, MIN_SCRATCH_ROWS)] + list(scratch.shape[1:]), scratch.dtype)
         IRBuilder.name(scratch.name, new)
         rows[scratch] = (new, None)
     hidden = {te_buf for key, te_buf in stage.placeholders.items() if isinstance(key, ra.RecState)}
@@ -223,7 +228,7 @@ def assemble(program: ra.RecProgram, leaf: Stage, internal: Stage) -> Lowered:
     """The whole inference as one PrimFunc: leaves, serial level loop, roots."""
     used = {**leaf.placeholders, **internal.placeholders}
     node_inputs = [k for k in used if isinstance(k, ra.NodeInput)]
-    weights = [k for k in used if isinstance(k, ra.Weight)]
+    weights = sorted((k for k in used if isinstance(k, ra.Weight)), key=lambda w: w.order)
     uses_num_children = "num_children" in used
     K = program.spec.max_children
     out_state = program.states[0]

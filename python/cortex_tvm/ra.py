@@ -25,6 +25,7 @@ indexing a recursive state takes the node first (`h[child(n, 0), i]`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from dataclasses import dataclass, field
 
@@ -131,13 +132,17 @@ class NodeInput:
         return _active().placeholders[self][_node_expr(n)]
 
 
+_declaration_order = itertools.count()
+
+
 @dataclass(eq=False)
 class Weight:
-    """A float32 model parameter of fixed shape."""
+    """A float32 model parameter of fixed shape (parameters keep declaration order)."""
 
     name: str
     shape: tuple
     dtype: str = "float32"
+    order: int = field(default_factory=lambda: next(_declaration_order))
 
     def __getitem__(self, idx):
         return _active().placeholders[self][_as_tuple(idx)]

@@ -31,7 +31,7 @@ class CompiledModel:
         self._max_children = lowered.program.spec.max_children
         self._vocab_bound = model.vocab_bound
         self._states = lowered.program.states
-        self._weights = [np.ascontiguousarray(model.weights[w.name]) for w in lowered.weights]
+        self._weights = [np.array(model.weights[w.name], order="C", copy=True) for w in lowered.weights]
         self._workspace = _Workspace()
 
     def linearize(self, trees) -> _linearize.Linearized:

@@ -91,7 +91,7 @@ class Model:
                 raise ValueError(f"weight {name!r}: shape {tuple(w.shape)}, expected {tuple(shape)}")
             if not np.all(np.isfinite(w)):
                 raise ValueError(f"weight {name!r}: contains NaN or infinity")
-            new[name] = np.ascontiguousarray(w)
+            new[name] = np.array(w, order="C", copy=True)   # later edits by the caller do not leak in
         self.weights = new
         return self
 

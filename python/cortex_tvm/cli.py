@@ -1,0 +1,58 @@
+"""The `cortex-tvm` command: demo (and, as they arrive, show, bench, tune)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from . import config
+
+
+def _demo(args) -> int:
+    import numpy as np
+
+    import cortex_tvm as ct
+    from .timing import batches_of, mean_of_best
+
+    trees, vocab = ct.data.sst_sample() if args.trees is None else ct.data.load_ptb(args.trees)
+    print(f"cortex-tvm demo: TreeLSTM H={args.hidden}, {len(trees)} SST trees, batches of {args.batch}, "
+          f"TVM_NUM_THREADS={config.load().num_threads}")
+    model = ct.models.TreeLSTM(hidden_size=args.hidden, vocab_size=len(vocab))
+    start = time.perf_counter()
+    compiled = model.compile(target="llvm")
+    print(f"compiled in {time.perf_counter() - start:.1f} s (schedule {compiled.recipe.name!r}, "
+          f"target {compiled.target})")
+
+    batches = batches_of(trees, args.batch, args.max_batches)
+    worst = 0.0
+    for batch in batches:                       # correctness on every batch first
+        worst = max(worst, float(np.abs(compiled(batch) - model.reference(batch)).max()))
+    ours = mean_of_best(compiled, batches, args.repeats)
+    baseline = mean_of_best(model.reference, batches, args.repeats)
+    lin = mean_of_best(compiled.linearize, batches, args.repeats)
+    gflop = np.mean([model.flops(compiled.linearize(b)) for b in batches]) / 1e9
+    print(f"{len(batches)} batches, mean of per-batch best of {args.repeats}:")
+    print(f"  cortex_tvm (end to end)      {ours * 1e3:8.3f} ms   {gflop / ours:6.1f} GFLOP/s")
+    print(f"  numpy, batched by level      {baseline * 1e3:8.3f} ms   -> cortex_tvm is {baseline / ours:.2f}x faster")
+    print(f"  linearization share          {lin / ours * 100:8.1f} %    ({lin * 1e6:.0f} us per batch)")
+    print(f"  max abs difference vs numpy  {worst:.2e}")
+    return 0 if worst < 1e-3 else 1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="cortex-tvm", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="compile TreeLSTM and run it on the bundled SST trees next to numpy")
+    demo.add_argument("--hidden", type=int, default=256)
+    demo.add_argument("--batch", type=int, default=10)
+    demo.add_argument("--max-batches", type=int, default=None, help="use only the first N batches")
+    demo.add_argument("--repeats", type=int, default=5)
+    demo.add_argument("--trees", default=None, help="a PTB-bracket file instead of the bundled SST sample")
+    demo.set_defaults(run=_demo)
+    args = parser.parse_args(argv)
+    config.use_all_cores()
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

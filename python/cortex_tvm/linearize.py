@@ -1,0 +1,317 @@
+"""Turn a batch of trees into level-ordered slot arrays for the compiled kernel.
+
+Every node of the batch gets a *slot* (a row of the kernel's state tensor).
+Nodes are grouped by level (= height: leaves are level 0, a parent is one more
+than its highest child), each level occupies one contiguous slot range, so the
+kernel can process a whole level at once.  Slot 0 is a null node whose state
+stays zero: missing children and padding rows point at it.
+
+The work is split in two so that the per-batch cost stays tiny:
+
+(a) ``_flatten`` turns one tree into post-order numpy arrays with an iterative
+    traversal (which also rejects cycles and shared subtrees).  The result is
+    cached on the root node and reused while ``data.current_epoch()`` is
+    unchanged, i.e. while no tree anywhere has been edited.
+(b) ``linearize`` concatenates those arrays for the batch and does the level
+    sort, padding and renumbering with vectorized numpy only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .data import Node, _is_int, current_epoch
+
+__all__ = ["NULL_SLOT", "Linearized", "linearize"]
+
+NULL_SLOT = 0  # slot 0 is a "null node": its state stays zero.
+
+
+@dataclass(frozen=True, eq=False)
+class Linearized:
+    """A batch of trees laid out in level order (all arrays int32, C-contiguous).
+
+    ``words`` and ``num_children`` are rows of one buffer and ``node_slots``
+    is a view; treat all arrays as read-only results.
+    """
+
+    level_offsets: np.ndarray  # (L+1,): level l is slots [level_offsets[l], level_offsets[l+1]); [0] == 1
+    children: np.ndarray       # (num_slots, max_children): child slots, NULL_SLOT where none
+    num_children: np.ndarray   # (num_slots,)
+    words: np.ndarray          # (num_slots,): word id of leaves, 0 elsewhere
+    roots: np.ndarray          # (B,): root slot of each tree, in batch order
+    node_slots: np.ndarray     # (total nodes,): slot of every node, trees in batch order, each in postorder
+    tree_sizes: np.ndarray     # (B,): node count of each tree (splits node_slots)
+
+    @property
+    def num_slots(self) -> int:
+        """Rows of the state tensor, including the null slot and padding."""
+        return int(self.level_offsets[-1])
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.level_offsets) - 1
+
+    @property
+    def level_sizes(self) -> np.ndarray:
+        """Slots per level, padding included."""
+        return np.diff(self.level_offsets)
+
+    @property
+    def max_level_size(self) -> int:
+        return int(self.level_sizes.max())
+
+
+# ----------------------------------------------------------------------------
+# (a) one tree -> cached post-order arrays
+# ----------------------------------------------------------------------------
+#
+# The cache on a root is a _Flat.  Its ``table`` is int32 (2 + width, n), one
+# column per node in post-order: row 0 the word (0 for internal nodes), row 1
+# the number of children, rows 2.. each child's position *relative to its
+# parent* (always negative), or _NO_CHILD.  Relative positions stay valid when
+# trees are concatenated, so a batch needs no per-tree offset arithmetic; a
+# trailing sentinel column makes pad rows and missing children come out as
+# NULL_SLOT with one np.minimum (see linearize).
+
+_NO_CHILD = 1 << 30  # larger than any batch's node count
+
+
+@dataclass(frozen=True, eq=False)
+class _Flat:
+    epoch: int            # data.current_epoch() when this was computed
+    max_children: int     # most children of any node in the tree
+    min_word: int         # min / max over word column (internal nodes count as 0)
+    max_word: int
+    heights: np.ndarray   # (n,) uint16, or int32 for trees 65536+ levels high
+    table: np.ndarray     # int32 (2 + width, n), width >= max_children
+
+
+def _repeat_error(root: Node, tree_index: int) -> ValueError:
+    """Explain why a node was reached twice: a cycle, or a shared subtree.
+
+    Runs only on the error path: a DFS with on-path marks, which terminates
+    because finished nodes are never entered again.
+    """
+    on_path, done = set(), set()
+    stack = [(root, False)]
+    shared = None
+    while stack:
+        node, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(node))
+            done.add(id(node))
+            continue
+        if id(node) in on_path:
+            return ValueError(f"tree {tree_index}: {node!r} is its own descendant (a cycle)")
+        if id(node) in done:
+            shared = shared or node
+            continue
+        on_path.add(id(node))
+        stack.append((node, True))
+        if node._children:
+            stack.extend((child, False) for child in node._children)
+    return ValueError(
+        f"tree {tree_index}: {shared!r} is reachable twice (a shared subtree); "
+        "within one tree every node must be a distinct object")
+
+
+def _postorder_nodes(root: Node, tree_index: int) -> list:
+    """The tree's nodes in post-order; raises on cycles and shared nodes."""
+    # Pre-order that visits the right child first, reversed, is post-order
+    # with children left to right.  Repeats are checked in bulk (C speed) at
+    # doubling checkpoints, so a cycle is caught after finitely many steps.
+    order = []
+    stack = [root]
+    pop, push, visit = stack.pop, stack.extend, order.append
+    checkpoint = 1024
+    try:
+        while stack:
+            node = pop()
+            visit(node)
+            if node._children is not None:
+                push(node._children)
+            if len(order) == checkpoint or not stack:
+                if len(set(map(id, order))) != len(order):
+                    raise _repeat_error(root, tree_index)
+                checkpoint *= 2
+    except AttributeError:
+        raise TypeError(f"tree {tree_index} contains a child that is not a Node") from None
+    order.reverse()
+    return order
+
+
+def _flatten(root: Node, tree_index: int, epoch: int) -> _Flat:
+    """Compute the cacheable flat form of one tree."""
+    order = _postorder_nodes(root, tree_index)
+    n = len(order)
+    words = [0] * n
+    num_children = [0] * n
+    heights = [0] * n
+    sizes = [1] * n           # subtree sizes, to locate children by arithmetic
+    relative = []             # relative[j][p]: child j of node p, minus p
+    for p, node in enumerate(order):
+        children = node._children
+        if children is None:
+            words[p] = node._word
+            continue
+        k = len(children)
+        if k == 0:
+            raise ValueError(f"tree {tree_index}: {node!r} has an empty children list")
+        while len(relative) < k:
+            relative.append([_NO_CHILD] * n)
+        num_children[p] = k
+        # In post-order the last child sits right before its parent and each
+        # earlier child right before the subtree of the next one.
+        child = p - 1
+        height = 0
+        for j in range(k - 1, -1, -1):
+            relative[j][p] = child - p
+            if heights[child] > height:
+                height = heights[child]
+            child -= sizes[child]
+        sizes[p] = p - child
+        heights[p] = height + 1
+    height_dtype = np.uint16 if heights[-1] < 1 << 16 else np.int32  # uint16 sorts faster
+    min_word, max_word = min(words), max(words)
+    if min_word < -(1 << 31) or max_word >= 1 << 31:
+        # keep the true extremes for the vocabulary check; the table only needs to hold int32
+        words = [min(max(w, -1), (1 << 31) - 1) for w in words]
+    return _Flat(epoch=epoch, max_children=len(relative), min_word=min_word,
+                 max_word=max_word, heights=np.array(heights, dtype=height_dtype),
+                 table=np.array([words, num_children] + relative, dtype=np.int32).reshape(-1, n))
+
+
+def _flat_for(tree: Node, tree_index: int, epoch: int, width: int) -> _Flat:
+    """The cached (or fresh) flat form of ``tree`` with exactly ``width`` child rows."""
+    flat = tree._flat
+    if flat is None or flat.epoch != epoch:
+        flat = tree._flat = _flatten(tree, tree_index, epoch)
+    if flat.max_children > width:
+        raise ValueError(f"tree {tree_index}: a node has {flat.max_children} children, "
+                         f"more than max_children={width}")
+    if flat.table.shape[0] != 2 + width:
+        # Re-pad once and cache it: batches usually reuse the same width.
+        table = np.full((2 + width, flat.table.shape[1]), _NO_CHILD, dtype=np.int32)
+        used = 2 + flat.max_children
+        table[:used] = flat.table[:used]
+        flat = tree._flat = _Flat(flat.epoch, flat.max_children, flat.min_word,
+                                  flat.max_word, flat.heights, table)
+    return flat
+
+
+# ----------------------------------------------------------------------------
+# (b) a batch of flat trees -> Linearized
+# ----------------------------------------------------------------------------
+
+_sentinel_columns = {}  # width -> the (2 + width, 1) column that pad rows read
+
+
+def _sentinel_column(width: int) -> np.ndarray:
+    column = _sentinel_columns.get(width)
+    if column is None:
+        column = np.full((2 + width, 1), _NO_CHILD, dtype=np.int32)
+        column[:2] = 0  # word 0, no children
+        column.flags.writeable = False
+        _sentinel_columns[width] = column
+    return column
+
+
+def _check_args(trees, max_children, pad, vocab_size) -> None:
+    if not isinstance(trees, (list, tuple)):
+        raise TypeError(f"trees must be a list or tuple of Nodes, got {type(trees).__name__}")
+    if len(trees) == 0:
+        raise ValueError("empty batch: linearize needs at least one tree")
+    for name, value in (("max_children", max_children), ("pad", pad), ("vocab_size", vocab_size)):
+        if value is None and name == "vocab_size":
+            continue
+        if not _is_int(value):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None) -> Linearized:
+    """Lay out a batch of trees in level order; see :class:`Linearized`.
+
+    Within a level, nodes keep batch order and then post-order; each level's
+    slot range is padded with null rows to a multiple of ``pad``.  Raises
+    ValueError/TypeError, naming the tree index, for empty batches, non-Nodes,
+    cycles, shared subtrees, too many children and out-of-vocabulary words.
+    """
+    _check_args(trees, max_children, pad, vocab_size)
+    epoch = current_epoch()
+    heights, tables, tree_sizes, root_index = [], [], [], []
+    num_nodes = 0
+    for i, tree in enumerate(trees):
+        if not isinstance(tree, Node):
+            raise TypeError(f"tree {i} is a {type(tree).__name__}, not a Node")
+        flat = _flat_for(tree, i, epoch, max_children)
+        if flat.min_word < 0:
+            raise ValueError(f"tree {i}: word id {flat.min_word} is outside the vocabulary "
+                             "(word ids must be >= 0)")
+        if vocab_size is not None and flat.max_word >= vocab_size:
+            raise ValueError(f"tree {i}: word id {flat.max_word} is outside the vocabulary "
+                             f"(vocab_size={vocab_size})")
+        heights.append(flat.heights)
+        tables.append(flat.table)
+        size = flat.heights.shape[0]
+        tree_sizes.append(size)
+        num_nodes += size
+        root_index.append(num_nodes - 1)  # a root is last in its tree's post-order
+    tables.append(_sentinel_column(max_children))  # column num_nodes: null / pad rows
+    # (numpy methods rather than np.* wrappers below: per-call overhead dominates)
+    heights = np.concatenate(heights)
+    table = np.concatenate(tables, axis=1)
+
+    # Level sizes, padded, give each level's slot range.
+    level_counts = np.bincount(heights)
+    padded_counts = level_counts if pad == 1 else -(-level_counts // pad) * pad
+    level_offsets = np.empty(len(level_counts) + 1, dtype=np.int32)
+    level_offsets[0] = 1  # slot 0 is the null node
+    padded_counts.cumsum(out=level_offsets[1:])
+    level_offsets[1:] += 1
+    num_slots = int(level_offsets[-1])
+
+    # A stable sort by height lists the nodes in slot order; unless pad is 1,
+    # each level's run is shifted by the padding added before it.
+    level_order = heights.argsort(kind="stable").astype(np.int32)
+    if pad == 1:
+        sorted_slots = np.arange(1, num_nodes + 1, dtype=np.int32)
+        node_in_slot = np.empty(num_slots, dtype=np.int32)
+        node_in_slot[0] = num_nodes
+        node_in_slot[1:] = level_order
+    else:
+        padding_before = level_offsets[:-1] - 1 - (level_counts.cumsum() - level_counts)
+        sorted_slots = np.arange(1, num_nodes + 1, dtype=np.int32)
+        sorted_slots += padding_before.repeat(level_counts).astype(np.int32)
+        node_in_slot = np.full(num_slots, num_nodes, dtype=np.int32)
+        node_in_slot[sorted_slots] = level_order
+    # slot_of_node is the inverse of node_in_slot; its extra last entry, for
+    # the sentinel node, is NULL_SLOT.
+    slot_of_node = np.empty(num_nodes + 1, dtype=np.int32)
+    slot_of_node[level_order] = sorted_slots
+    slot_of_node[num_nodes] = NULL_SLOT
+
+    # Gather every per-node field into slot order at once: (2 + K, num_slots).
+    by_slot = table.take(node_in_slot, axis=1)
+    child_nodes = by_slot[2:]
+    child_nodes += node_in_slot  # relative -> absolute node index
+    np.minimum(child_nodes, num_nodes, out=child_nodes)  # _NO_CHILD -> sentinel
+    # take() into a C-ordered array: plain fancy indexing with the transposed
+    # index may return a Fortran-ordered result.  Indices are all in range,
+    # so mode="clip" only skips take()'s buffering.
+    children = np.empty((num_slots, max_children), dtype=np.int32)
+    slot_of_node.take(child_nodes.T, out=children, mode="clip")
+
+    return Linearized(
+        level_offsets=level_offsets,
+        children=children,
+        num_children=by_slot[1],
+        words=by_slot[0],
+        roots=slot_of_node[root_index],
+        node_slots=slot_of_node[:num_nodes],
+        tree_sizes=np.array(tree_sizes, dtype=np.int32),
+    )

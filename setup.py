@@ -1,0 +1,36 @@
+"""cortex_tvm: a compiler for recursive deep-learning models, as an extension of Apache TVM."""
+import os
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+setup(
+    name="cortex_tvm",
+    version="0.1.0",
+    description="CORTEX-style compiler for recursive models (TreeLSTM, TreeFC, ...) on Apache TVM",
+    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    package_dir={"": "python", "cortex_tvm.schedules": "schedules", "cortex_tvm.tuning_logs": "tuning"},
+    packages=find_packages("python") + ["cortex_tvm.schedules", "cortex_tvm.tuning_logs"],
+    package_data={
+        "cortex_tvm.data": ["sst_dev.txt"],
+        "cortex_tvm.schedules": ["*.json"],
+        "cortex_tvm.tuning_logs": ["*.jsonl"],
+    },
+    install_requires=[
+        "apache-tvm==0.27.0.post1",
+        # 0.1.15.post2 segfaults when serializing TIR (tvm::ffi::ToJSONGraph)
+        "apache-tvm-ffi==0.1.14.post0",
+        "numpy",
+        "xgboost",
+        "psutil",
+        "cloudpickle",
+    ],
+    extras_require={
+        "test": ["pytest", "hypothesis"],
+        "torch": ["torch==2.13.0"],
+    },
+    entry_points={"console_scripts": ["cortex-tvm=cortex_tvm.cli:main"]},
+)
