@@ -16,10 +16,11 @@ from .data import Node, load_ptb
 from .linearize import Linearized
 from .runtime import CompiledModel
 from .schedule import RecSchedule, ScheduleError
+from . import recipes
 
 __version__ = "0.1.0"
 
 __all__ = [
     "data", "linearize", "models", "ra", "Node", "load_ptb", "Linearized",
-    "RecSchedule", "ScheduleError", "CompiledModel", "compile_count", "make_target", "__version__",
+    "RecSchedule", "ScheduleError", "recipes", "CompiledModel", "compile_count", "make_target", "__version__",
 ]

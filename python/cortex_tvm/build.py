@@ -52,18 +52,60 @@ def build_module(mod: tvm.IRModule, target: Target):
         return executable
 
 
+def schedule_model(model, target, schedule=None):
+    """model -> lowered -> RecSchedule with the recipe applied and finalized."""
+    from . import recipes
+    from .schedule import RecSchedule
+
+    def fresh():
+        return RecSchedule(model.lower(specialize_leaves=False))
+
+    recipe = recipes.resolve(model, target, schedule)
+    if recipe.knobs:
+        recipe = recipe.fitted(fresh)
+    rs = fresh()
+    recipe.apply(rs)
+    return rs.finalize(), recipe
+
+
 def compile_model(model, target="llvm", schedule=None, tuning_log=None):
     """model -> lowered -> scheduled -> built -> CompiledModel."""
-    from .runtime import CompiledModel
-    from .schedule import RecSchedule
-    from . import recipes
+    from .runtime import CompiledModel, weight_arrays
+    from .schedule import split_per_level
 
     tgt = make_target(target)
     if tuning_log is not None:
         raise NotImplementedError("tuning logs arrive with cortex_tvm.tune")
-    lowered = model.lower()
-    rs = RecSchedule(lowered)
-    recipe = recipes.resolve(model, tgt, schedule)
-    recipe.apply(rs)
-    executable = build_module(rs.mod, tgt)
-    return CompiledModel(model, lowered, executable, tgt, recipe)
+    rs, recipe = schedule_model(model, tgt, schedule)
+    tables = hoisted_tables(model, rs, recipe, tgt) if rs.plan.hoisted else {}
+    mod = split_per_level(rs.func) if rs.plan.per_level else rs.mod
+    executable = build_module(mod, tgt)
+    return CompiledModel(model, rs.lowered, executable, tgt, rs.plan, weight_arrays(model, rs, tables),
+                         recipe.name)
+
+
+def hoisted_tables(model, rs, recipe, target) -> dict:
+    """Leaf states for every word, computed by the same recipe without `hoist` (CORTEX's hoisting)."""
+    from . import data
+    from .runtime import CompiledModel, weight_arrays
+    from .schedule import RecSchedule, ScheduleError, split_per_level
+
+    table_rs = RecSchedule(model.lower(specialize_leaves=False))
+    if recipe.apply_fn is None:
+        recipe.apply(table_rs, skip=("hoist",))
+    else:   # a function recipe: replay what it did, minus hoist and what only existed after it
+        for step in rs.trace:
+            if step.primitive != "hoist":
+                try:
+                    table_rs.replay([step.as_json()])
+                except ScheduleError:
+                    pass
+    table_rs.finalize()
+    mod = split_per_level(table_rs.func) if table_rs.plan.per_level else table_rs.mod
+    table_model = CompiledModel(model, table_rs.lowered, build_module(mod, target), target, table_rs.plan,
+                                weight_arrays(model, table_rs, {}), "hoist-tables")
+    vocabulary = [data.Node(word=w) for w in range(model.vocab_bound)]
+    lin = table_model.linearize(vocabulary)
+    _, states = table_model.run(lin)
+    rows = lin.node_slots
+    return {table: states[i][rows].copy() for i, (_, table) in enumerate(rs.plan.hoisted)}

@@ -233,11 +233,24 @@ def _check_args(trees, max_children, pad, vocab_size) -> None:
             raise ValueError(f"{name} must be >= 1, got {value}")
 
 
-def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None) -> Linearized:
+def _one_node_per_level(heights: np.ndarray) -> np.ndarray:
+    """Levels without dynamic batching: leaves stay level 0, each internal node gets its own
+    level, in height order (so children still come before parents)."""
+    levels = np.zeros(len(heights), dtype=np.int32)
+    order = heights.argsort(kind="stable")
+    internal = order[heights[order] > 0]
+    levels[internal] = np.arange(1, len(internal) + 1, dtype=np.int32)
+    return levels
+
+
+def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
+              batching: bool = True) -> Linearized:
     """Lay out a batch of trees in level order; see :class:`Linearized`.
 
     Within a level, nodes keep batch order and then post-order; each level's
-    slot range is padded with null rows to a multiple of ``pad``.  Raises
+    slot range is padded with null rows to a multiple of ``pad``.  With
+    ``batching=False`` every internal node is a level of its own (no dynamic
+    batching; leaves still form level 0).  Raises
     ValueError/TypeError, naming the tree index, for empty batches, non-Nodes,
     cycles, shared subtrees, too many children and out-of-vocabulary words.
     """
@@ -264,6 +277,8 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None) -> Lin
     tables.append(_sentinel_column(max_children))  # column num_nodes: null / pad rows
     # (numpy methods rather than np.* wrappers below: per-call overhead dominates)
     heights = np.concatenate(heights)
+    if not batching:
+        heights = _one_node_per_level(heights)
     table = np.concatenate(tables, axis=1)
 
     # Level sizes, padded, give each level's slot range.

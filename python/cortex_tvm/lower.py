@@ -1,14 +1,18 @@
 """RA program -> one TIR PrimFunc (the ILIR of CORTEX).
 
-The recursion becomes loops: a `leaves` scope block computes every leaf at
-once, then a serial loop over levels runs one `level` scope block per level,
-whose node loop has the data-dependent extent
-`level_offsets[l + 1] - level_offsets[l]`, and a `roots` block gathers the
-first state of each tree's root.  Each stage body comes from TVM's own
-`te.create_prim_func` on the RA computes, with node id = level start +
-position; it is then spliced into the level loop.  Scratchpads (per-node
-intermediates) are indexed by position in the level (dense), so they have
-`max_level_size` rows.
+The recursion becomes loops.  With leaf specialization (the default) a
+`leaves` scope block computes every leaf at once; then a serial loop over
+levels runs one `level` scope block per level, whose node loop has the
+data-dependent extent `level_offsets[l + 1] - level_offsets[l]`; a `roots`
+block gathers the first state of each tree's root.  Without specialization
+the level loop starts at the leaves and every node computes both cases and
+selects one with `num_children[n] == 0`.
+
+Each stage body comes from TVM's own `te.create_prim_func` on the RA
+computes, with node id = level start + position, spliced into the level loop.
+Scratchpads (per-node intermediates) are indexed by node id, as in CORTEX's
+ILIR: `gates[level_offsets[l] + j, r]`, `num_slots` rows.  The schedule
+primitive `dense_index` turns that into `gates[j, r]` with one level's rows.
 
 Lowering is an ordered list of named steps (`STEPS`); `lower(program,
 dump=print)` shows the IR after each.
@@ -16,7 +20,7 @@ dump=print)` shows the IR after each.
 The PrimFunc's parameters, in order (`Lowered.params` names them):
   node inputs (int32 (N,)), children (int32 (N, K)), [num_children (int32 (N,))],
   level_offsets (int32 (L+1,)), roots (int32 (B,)), max_level_size (int32 scalar),
-  weights (in first-use order), states (N, *state_shape), out (B, *first_state_shape)
+  weights (in declaration order), states (N, *state_shape), out (B, *first_state_shape)
 """
 from __future__ import annotations
 
@@ -32,10 +36,7 @@ from . import ra
 
 FUNC_NAME = "cortex_main"
 
-# Scratchpads get at least this many rows: a node tile of up to this many rows
-# then provably fits, so TVM compacts a tiled accumulator to a constant-size
-# (stack, then register) buffer instead of min(max_level_size, tile) (heap).
-MIN_SCRATCH_ROWS = 64
+
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Lowered:
     weights: list             # [ra.Weight] in parameter order
     node_inputs: list         # [ra.NodeInput] in parameter order
     uses_num_children: bool
+    specialized: bool = True
 
     @property
     def func(self) -> tirx.PrimFunc:
@@ -93,7 +95,11 @@ class _Placeholders(dict):
 
 
 def build_stage(program: ra.RecProgram, stage: str) -> Stage:
-    """TE for one stage: every compute gets a leading axis over the level's nodes."""
+    """TE for one stage: every compute gets a leading axis over the level's nodes.
+
+    stage: "leaf", "internal", or "both" (no specialization: each state's new
+    value selects the leaf or internal value with `num_children[n] == 0`).
+    """
     offset, size, num_slots = te.var("offset"), te.var("level_size"), te.var("num_slots")
     placeholders = _Placeholders(num_slots, program.spec.max_children)
     binding = ra.Binding(node=None, position=None, tensors={}, placeholders=placeholders)
@@ -109,19 +115,34 @@ def build_stage(program: ra.RecProgram, stage: str) -> Stage:
             binding.node, binding.position = saved
         return _te_compute((size,) + c.shape, [position] + idx, expr, c.name)
 
+    def tensor(c):
+        if c not in binding.tensors:
+            binding.tensors[c] = instantiate(c)
+        return binding.tensors[c]
+
     binding.instantiate = instantiate
-    cases = getattr(program, stage)
     with ra.binding(binding):
-        for state in program.states:
-            c = cases[state]
-            if c not in binding.tensors:
-                binding.tensors[c] = instantiate(c)
-    outputs = {s: binding.tensors[cases[s]] for s in program.states}
+        if stage == "both":
+            outputs = {}
+            for state in program.states:
+                leaf, internal = tensor(program.leaf[state]), tensor(program.internal[state])
+                outputs[state] = te.compute((size,) + state.shape,
+                                            _select(placeholders["num_children"], offset, leaf, internal),
+                                            name=f"{state.name}_select")
+        else:
+            outputs = {state: tensor(getattr(program, stage)[state]) for state in program.states}
     args = list(placeholders.values()) + [offset] + list(outputs.values())
     func = te.create_prim_func(args)
     params = dict(zip(args, func.params))
     return Stage(stage, func, {k: params[t] for k, t in placeholders.items()},
                  {s: params[t] for s, t in outputs.items()}, params[offset], size)
+
+
+def _select(num_children, offset, leaf, internal):
+    """fcompute choosing the leaf value at leaves and the internal value elsewhere."""
+    def body(j, *i):
+        return tirx.if_then_else(num_children[offset + j] == 0, leaf[(j,) + i], internal[(j,) + i])
+    return body
 
 
 def _te_compute(shape, variables, expr, name):
@@ -197,17 +218,17 @@ def _rebase(stmt, rows: dict, hidden_reads: set):
                                          (tvm.ir.TensorRegion, on_region)], order="post")
 
 
-def _splice(stage: Stage, buffers: dict, level_start, level_end, max_level_size):
+def _splice(stage: Stage, buffers: dict, level_start, level_end, num_slots):
     """Add a stage's loop nest to the block being built, for nodes [level_start, level_end)."""
     rows = {}
     for key, te_buf in stage.placeholders.items():
         rows[te_buf] = (buffers[key], None)
     for state, te_buf in stage.outputs.items():
         rows[te_buf] = (buffers[state], level_start)
-    for scratch in stage.func.body.block.alloc_buffers:
-        new = Tb.sblock_alloc_buffer([tirx.max(max_level_size, MIN_SCRATCH_ROWS)] + list(scratch.shape[1:]), scratch.dtype)
+    for scratch in stage.func.body.block.alloc_buffers:   # indexed by node id (see dense_index)
+        new = Tb.sblock_alloc_buffer([num_slots] + list(scratch.shape[1:]), scratch.dtype)
         IRBuilder.name(scratch.name, new)
-        rows[scratch] = (new, None)
+        rows[scratch] = (new, level_start)
     hidden = {te_buf for key, te_buf in stage.placeholders.items() if isinstance(key, ra.RecState)}
     body = _rebase(stage.func.body.block.body, rows, hidden)
     size_var = _level_size_var(stage)
@@ -224,9 +245,12 @@ def _level_size_var(stage: Stage):
     return first if isinstance(first, tvm.ir.Var) else None
 
 
-def assemble(program: ra.RecProgram, leaf: Stage, internal: Stage) -> Lowered:
-    """The whole inference as one PrimFunc: leaves, serial level loop, roots."""
-    used = {**leaf.placeholders, **internal.placeholders}
+def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
+    """The whole inference as one PrimFunc: [leaves,] serial level loop, roots."""
+    specialized = "leaf" in stages
+    used = {}
+    for stage in stages.values():
+        used.update(stage.placeholders)
     node_inputs = [k for k in used if isinstance(k, ra.NodeInput)]
     weights = sorted((k for k in used if isinstance(k, ra.Weight)), key=lambda w: w.order)
     uses_num_children = "num_children" in used
@@ -258,7 +282,7 @@ def assemble(program: ra.RecProgram, leaf: Stage, internal: Stage) -> Lowered:
                 params.append("num_children")
             level_offsets = buffer("level_offsets", (L1,), "int32")
             roots = buffer("roots", (B,), "int32")
-            max_level_size = Tb.arg("max_level_size", Tb.int32())
+            Tb.arg("max_level_size", Tb.int32())
             params += ["level_offsets", "roots", "max_level_size"]
             for w in weights:
                 buffers[w] = buffer(w.name, w.shape, w.dtype)
@@ -272,42 +296,44 @@ def assemble(program: ra.RecProgram, leaf: Stage, internal: Stage) -> Lowered:
             everything = [b[tuple(slice(0, d) for d in b.shape)] for b in buffers.values()]
             states = [buffers[s][tuple(slice(0, d) for d in buffers[s].shape)] for s in program.states]
             with Tb.sblock("root"):
-                with Tb.sblock("leaves"):
-                    Tb.reads(*everything, level_offsets[0:L1])
-                    Tb.writes(*states)
-                    _splice(leaf, buffers, level_offsets[0], level_offsets[1], max_level_size)
-                with Tb.serial(1, L1 - 1) as l:
+                if specialized:
+                    with Tb.sblock("leaves"):
+                        Tb.reads(*everything, level_offsets[0:L1])
+                        Tb.writes(*states)
+                        _splice(stages["leaf"], buffers, level_offsets[0], level_offsets[1], N)
+                with Tb.serial(1 if specialized else 0, L1 - 1) as l:
                     with Tb.sblock("level"):
                         vl = Tb.axis.opaque(L1, l)
                         Tb.reads(*everything, level_offsets[0:L1])
                         Tb.writes(*states)
-                        _splice(internal, buffers, level_offsets[vl], level_offsets[vl + 1], max_level_size)
+                        body = stages["internal" if specialized else "both"]
+                        _splice(body, buffers, level_offsets[vl], level_offsets[vl + 1], N)
                 with Tb.grid(B, *out_state.shape) as loops:
                     with Tb.sblock("roots"):
                         v = Tb.axis.remap("S" * len(loops), list(loops))
                         v = [v] if isinstance(v, tvm.ir.Var) else list(v)
                         Tb.buffer_store(out, buffers[out_state][tuple([roots[v[0]]] + v[1:])], v)
     func = ib.get()
-    return Lowered(tvm.IRModule({FUNC_NAME: func}), program, params, weights, node_inputs, uses_num_children)
+    return Lowered(tvm.IRModule({FUNC_NAME: func}), program, params, weights, node_inputs,
+                   uses_num_children, specialized)
 
 
 # ----------------------------------------------------------------------------- the pipeline
 STEPS = [
-    ("build_leaf_stage", "TE loop nests for leaves (leaf specialization)"),
-    ("build_internal_stage", "TE loop nests for one level of internal nodes"),
+    ("build_stages", "TE loop nests per stage: leaves and one level of internal nodes "
+                     "(or one merged stage without leaf specialization)"),
     ("assemble", "one PrimFunc: leaves, serial level loop, roots gather"),
 ]
 
 
-def lower(program: ra.RecProgram, dump=None) -> Lowered:
+def lower(program: ra.RecProgram, specialize_leaves: bool = True, dump=None) -> Lowered:
     """Run the lowering steps; `dump(step_name, ir)` sees the IR after each."""
-    leaf = build_stage(program, "leaf")
+    names = ("leaf", "internal") if specialize_leaves else ("both",)
+    stages = {name: build_stage(program, name) for name in names}
     if dump:
-        dump("build_leaf_stage", leaf.func)
-    internal = build_stage(program, "internal")
-    if dump:
-        dump("build_internal_stage", internal.func)
-    lowered = assemble(program, leaf, internal)
+        for name, stage in stages.items():
+            dump(f"build_stages[{name}]", stage.func)
+    lowered = assemble(program, stages)
     if dump:
         dump("assemble", lowered.func)
     return lowered

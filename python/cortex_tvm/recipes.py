@@ -1,45 +1,158 @@
-"""Named schedules ("recipes") per model and target, and how a name is resolved."""
+"""Schedule recipes: named, replayable lists of RecSchedule primitives.
+
+Recipes live as JSON in the top-level `schedules/` folder (installed as
+`cortex_tvm.schedules`): `{"name", "model", "target", "default", "knobs",
+"steps": [{"primitive", "args", "optional"}]}`.  A step marked optional is
+skipped when its precondition fails (e.g. `hoist` over its memory budget,
+or a block that `hoist` removed).  An argument written "$name" is a knob:
+`knobs` lists its candidate values, the first being the default; when a
+candidate does not fit the model (a tile that does not divide the hidden
+size), the next one is tried.  The tuner searches the same knobs.  Two
+recipes are built in: "none" (the lowered program as is) and "auto" (a
+generic schedule for any model).
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+import json
+from dataclasses import dataclass, field, replace
+from importlib import resources
 
-from .schedule import RecSchedule, vectorize_blocks
+from .schedule import RecSchedule, ScheduleError
 
 
 @dataclass(frozen=True)
 class Recipe:
     name: str
-    apply_fn: Callable
-    #: rows of each level are padded to a multiple of this (register tiles of nodes)
-    node_tile: int = 1
-    #: weights the recipe wants in another layout: name -> function(array) -> array
-    packs: tuple = ()
+    steps: tuple = ()
+    model: str = "*"
+    target: str = "*"
+    default: bool = False
+    apply_fn: object = field(default=None, compare=False)
+    #: knob name -> candidate values, the first being the default
+    knobs: dict = field(default_factory=dict, compare=False)
+    #: knob values chosen for this instance (see `with_knobs`)
+    chosen: dict = field(default_factory=dict, compare=False)
 
-    def apply(self, rs: RecSchedule) -> RecSchedule:
-        return self.apply_fn(rs) or rs
+    def with_knobs(self, **values) -> "Recipe":
+        unknown = set(values) - set(self.knobs)
+        if unknown:
+            raise ValueError(f"recipe {self.name!r} has no knobs {sorted(unknown)}; knobs: {sorted(self.knobs)}")
+        return replace(self, chosen={**self.chosen, **values})
+
+    def knob_values(self) -> dict:
+        return {k: self.chosen.get(k, v[0]) for k, v in self.knobs.items()}
+
+    def steps_with_knobs(self) -> list:
+        values = self.knob_values()
+
+        def fill(v):
+            if isinstance(v, str) and v.startswith("$"):
+                if v[1:] not in values:
+                    raise ValueError(f"recipe {self.name!r}: unknown knob {v!r}")
+                return values[v[1:]]
+            return v
+        return [{**step, "args": {k: fill(v) for k, v in step.get("args", {}).items()}} for step in self.steps]
+
+    def apply(self, rs: RecSchedule, skip: tuple = ()) -> RecSchedule:
+        """Apply the steps (or the function); primitives named in `skip` are left out."""
+        if self.apply_fn is not None:
+            if skip:
+                raise ScheduleError(f"recipe {self.name!r} is a function; cannot leave out {skip}")
+            return self.apply_fn(rs) or rs
+        for step in self.steps_with_knobs():
+            if step.get("primitive") in skip:
+                continue
+            try:
+                rs.replay([step])
+            except ScheduleError:
+                if not step.get("optional"):
+                    raise
+        return rs
+
+    def fitted(self, make_schedule) -> "Recipe":
+        """This recipe with the first knob values, in candidate order, that apply to the model.
+
+        `make_schedule()` returns a fresh RecSchedule.  Knobs are fixed one at a
+        time (greedy), so the cost is a few schedule applications, no builds.
+        """
+        recipe, errors = self, []
+        for name, candidates in [(None, [None])] + list(self.knobs.items()):
+            for value in candidates:
+                trial = recipe if name is None else recipe.with_knobs(**{name: value})
+                try:
+                    trial.apply(make_schedule())
+                    return trial
+                except ScheduleError as err:
+                    errors.append(str(err))
+            if name is not None:
+                recipe = recipe.with_knobs(**{name: candidates[0]})
+        raise ScheduleError(f"recipe {self.name!r} does not fit this model: " + "; ".join(errors[:3]))
 
 
-_RECIPES = {
-    "none": Recipe("none", lambda rs: rs),
-    "vectorize": Recipe("vectorize", vectorize_blocks),
-}
-_DEFAULT = "vectorize"
+def auto(rs: RecSchedule) -> RecSchedule:
+    """A generic schedule for any model: specialize, fast math, dense scratchpads, vectorize."""
+    rs.specialize_leaves()
+    rs.fast_math()
+    for name in rs.scratchpads():
+        rs.dense_index(name)
+    for block in rs.block_names():
+        for primitive in (rs.tile_gemm, rs.vectorize_block):
+            try:
+                primitive(block)
+                break
+            except ScheduleError:
+                continue
+    return rs
+
+
+def _builtin():
+    return {"none": Recipe("none", apply_fn=lambda rs: rs), "auto": Recipe("auto", apply_fn=auto)}
+
+
+def load_file(path) -> Recipe:
+    """A recipe from a JSON file; ValueError naming the file if it is malformed."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return Recipe(data["name"], tuple(data["steps"]), data.get("model", "*"), data.get("target", "*"),
+                      bool(data.get("default", False)), knobs=dict(data.get("knobs", {})))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"recipe {path}: {err}") from err
+
+
+def shipped() -> dict:
+    """Recipes shipped in cortex_tvm.schedules, by name."""
+    out = _builtin()
+    for entry in resources.files("cortex_tvm.schedules").iterdir():
+        if entry.name.endswith(".json"):
+            with resources.as_file(entry) as path:
+                recipe = load_file(path)
+            out[recipe.name] = recipe
+    return out
 
 
 def names() -> list:
-    return sorted(_RECIPES)
+    return sorted(shipped())
 
 
 def resolve(model, target, schedule) -> Recipe:
+    """The recipe for `schedule`: None (the model's default for the target), a name, a Recipe,
+    a JSON file path, or a callable taking a RecSchedule."""
+    kind = target.kind.name
+    recipes = shipped()
     if schedule is None:
-        return _RECIPES[_DEFAULT]
+        for r in recipes.values():
+            if r.default and r.model == type(model).__name__ and r.target == kind:
+                return r
+        return recipes["auto"]
     if isinstance(schedule, Recipe):
         return schedule
     if callable(schedule):
-        return Recipe(getattr(schedule, "__name__", "custom"), schedule)
+        return Recipe(getattr(schedule, "__name__", "custom"), apply_fn=schedule)
     if isinstance(schedule, str):
-        if schedule not in _RECIPES:
-            raise ValueError(f"unknown schedule {schedule!r}; known: {names()}")
-        return _RECIPES[schedule]
-    raise TypeError(f"schedule must be a recipe name or a callable, got {type(schedule).__name__}")
+        if schedule in recipes:
+            return recipes[schedule]
+        if schedule.endswith(".json"):
+            return load_file(schedule)
+        raise ValueError(f"unknown schedule {schedule!r}; known: {sorted(recipes)}")
+    raise TypeError(f"schedule must be a recipe name, a .json path or a callable, got {type(schedule).__name__}")

@@ -1,13 +1,26 @@
-"""The executor: linearize trees, run the compiled kernel, gather the results."""
+"""The executor: linearize trees, run the compiled kernel(s), gather the results."""
 from __future__ import annotations
 
 import threading
 
 import numpy as np
-import tvm
 
 from . import linearize as _linearize
+from . import passes
 from .lower import FUNC_NAME
+from .schedule.kernels import LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC
+
+
+def weight_arrays(model, rs, tables: dict) -> list:
+    """The weight arguments in parameter order: packed as the schedule says, hoisted tables included."""
+    packs = {name: (axis, tile) for name, axis, tile in rs.plan.packs}
+    out = []
+    for w in rs.lowered.weights:
+        array = tables[w.name] if w.name in tables else model.weights[w.name]
+        if w.name in packs:
+            array = passes.pack_array(array, passes.tile_axis(*packs[w.name]))
+        out.append(np.array(array, dtype=w.dtype, order="C", copy=True))   # the model's later edits stay out
+    return out
 
 
 class _Workspace(threading.local):
@@ -24,19 +37,24 @@ class CompiledModel:
     buffers, so one CompiledModel can be called from several threads at once.
     """
 
-    def __init__(self, model, lowered, executable, target, recipe):
+    def __init__(self, model, lowered, executable, target, plan, weights, recipe_name):
         self.model_name = type(model).__name__
-        self.lowered, self.executable, self.target, self.recipe = lowered, executable, target, recipe
-        self._func = executable[FUNC_NAME] if hasattr(executable, "__getitem__") else executable
+        self.lowered, self.executable, self.target, self.plan = lowered, executable, target, plan
+        self.recipe_name = recipe_name
         self._max_children = lowered.program.spec.max_children
         self._vocab_bound = model.vocab_bound
         self._states = lowered.program.states
-        self._weights = [np.array(model.weights[w.name], order="C", copy=True) for w in lowered.weights]
+        self._weights = weights
         self._workspace = _Workspace()
+        if plan.per_level:
+            self._leaves, self._level, self._roots = (executable[n] for n in (LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC))
+        else:
+            self._main = executable[FUNC_NAME]
 
     def linearize(self, trees) -> _linearize.Linearized:
-        return _linearize.linearize(trees, self._max_children, pad=self.recipe.node_tile,
-                                    vocab_size=self._vocab_bound)
+        """Validate and lay out a batch the way this kernel expects (padding, batching)."""
+        return _linearize.linearize(trees, self._max_children, pad=self.plan.node_tile,
+                                    vocab_size=self._vocab_bound, batching=self.plan.dynamic_batching)
 
     def _state_buffers(self, num_slots):
         ws = self._workspace
@@ -47,7 +65,10 @@ class CompiledModel:
         return [s[:num_slots] for s in ws.states]
 
     def run(self, lin: _linearize.Linearized):
-        """Run the kernel on linearized trees; returns (root states, per-slot state buffers)."""
+        """Run the kernel on linearized trees; returns (root states, per-slot state buffers).
+
+        The state buffers belong to this thread's workspace: copy what you keep.
+        """
         states = self._state_buffers(lin.num_slots)
         first = self._states[0]
         out = np.empty((len(lin.roots),) + first.shape, first.dtype)
@@ -55,9 +76,14 @@ class CompiledModel:
         args.append(lin.children)
         if self.lowered.uses_num_children:
             args.append(lin.num_children)
-        args += [lin.level_offsets, lin.roots, int(lin.max_level_size)]
-        args = [np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in args]
-        self._func(*args, *self._weights, *states, out)
+        args += [lin.level_offsets, lin.roots, lin.max_level_size, *self._weights, *states, out]
+        if self.plan.per_level:
+            self._leaves(*args)
+            for level in range(1, lin.num_levels):
+                self._level(*args, level)
+            self._roots(*args)
+        else:
+            self._main(*args)
         return out, states
 
     def __call__(self, trees, all_nodes: bool = False):
@@ -71,5 +97,6 @@ class CompiledModel:
         return np.split(rows, np.cumsum(lin.tree_sizes)[:-1])
 
     def inspect_source(self) -> str:
+        """Generated source: CUDA for a GPU target, LLVM IR for the CPU."""
         mod = self.executable.mod
         return (mod.imports[0] if len(mod.imports) else mod).inspect_source()

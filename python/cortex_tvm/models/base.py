@@ -102,14 +102,14 @@ class Model:
             self._program = self.build_program()
         return self._program
 
-    def lower(self, dump=None) -> _lower.Lowered:
-        """The RA program lowered to one TIR PrimFunc, before scheduling."""
-        if dump is not None or not hasattr(self, "_lowered"):
-            lowered = _lower.lower(self.program, dump=dump)
-            if dump is not None:
-                return lowered
-            self._lowered = lowered
-        return self._lowered
+    def lower(self, specialize_leaves: bool = True, dump=None) -> _lower.Lowered:
+        """The RA program lowered to one TIR PrimFunc, before scheduling (cached)."""
+        if dump is not None:
+            return _lower.lower(self.program, specialize_leaves, dump=dump)
+        cache = self.__dict__.setdefault("_lowered", {})
+        if specialize_leaves not in cache:
+            cache[specialize_leaves] = _lower.lower(self.program, specialize_leaves)
+        return cache[specialize_leaves]
 
     def compile(self, target="llvm", schedule=None, tuning_log=None):
         """Lower, schedule and build; the result is called on a list of trees.

@@ -1,0 +1,35 @@
+"""RecSchedule: schedule primitives for recursive programs, on top of TVM's s_tir.Schedule.
+
+The lowered program has stage scopes (`leaves`, and `level` inside the
+serial level loop) holding one block per RA compute.  RecSchedule adds the
+recursion-specific primitives (families in program.py, layout.py, loops.py,
+kernels.py); every `tvm.s_tir.Schedule` primitive is reachable on the same
+object (`rs.split`, `rs.get_loops`, ...) and applies to the blocks inside.
+"""
+from .core import RecScheduleCore, RuntimePlan, ScheduleError, Step
+from .kernels import KernelPrimitives, split_per_level
+from .layout import LayoutPrimitives
+from .loops import LoopPrimitives
+from .program import ProgramPrimitives
+
+__all__ = ["RecSchedule", "RuntimePlan", "ScheduleError", "Step", "split_per_level"]
+
+
+class RecSchedule(ProgramPrimitives, LayoutPrimitives, LoopPrimitives, KernelPrimitives, RecScheduleCore):
+    """A schedule of a lowered recursive program (see the module docstring)."""
+
+    def __init__(self, lowered):
+        self._pending_decompose = []
+        super().__init__(lowered)
+
+    def finalize(self):
+        """Split reduction inits off tiled blocks (s_tir requires this after `parallel`).
+
+        Called by the build; idempotent.
+        """
+        for block, loop_position in self._pending_decompose:
+            if self.has_block(block):
+                b = self.sch.get_sblock(block)
+                self.sch.decompose_reduction(b, self.sch.get_loops(b)[loop_position])
+        self._pending_decompose = []
+        return self

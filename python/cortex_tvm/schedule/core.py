@@ -1,0 +1,167 @@
+"""RecSchedule's state: the program, the s_tir.Schedule over it, the trace, the runtime plan.
+
+Primitives come in three families (program.py, layout.py, loops.py,
+kernels.py).  Some rewrite the TIR with a pass (TVM's s_tir cannot express
+them); after such a rewrite the underlying `s_tir.Schedule` is rebuilt from
+the new module, so block and loop handles taken earlier are stale: get them
+again by name.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+import tvm
+from tvm import s_tir
+
+from ..lower import FUNC_NAME, Lowered
+
+
+class ScheduleError(ValueError):
+    """A schedule primitive was misused (a precondition does not hold)."""
+
+
+@dataclass(frozen=True)
+class RuntimePlan:
+    """What the executor must do for the scheduled kernel to be correct."""
+
+    #: every level's slot range is padded to a multiple of this
+    node_tile: int = 1
+    #: False: each internal node is its own level step (no dynamic batching)
+    dynamic_batching: bool = True
+    #: weight name -> (axis, tile): the array is repacked the same way at load time
+    packs: tuple = ()
+    #: states whose leaf values are looked up in a table computed at compile time
+    hoisted: tuple = ()
+    #: one kernel launch per level instead of one for the whole inference
+    per_level: bool = False
+
+    def with_pack(self, name, axis, tile):
+        return replace(self, packs=tuple(p for p in self.packs if p[0] != name) + ((name, axis, tile),))
+
+
+@dataclass
+class Step:
+    """One recorded primitive call, replayable from JSON when its args are plain values."""
+
+    primitive: str
+    args: dict = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        return {"primitive": self.primitive, "args": self.args}
+
+    def as_python(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.args.items())
+        return f"rs.{self.primitive}({args})"
+
+
+class RecScheduleCore:
+    """State shared by all primitive families."""
+
+    def __init__(self, lowered: Lowered, model=None):
+        self.lowered = lowered
+        self.model = model                  # needed only by program-level primitives
+        self.plan = RuntimePlan()
+        self.trace: list = []
+        self._reset(lowered.mod)
+
+    # -- state -------------------------------------------------------------------------------
+    def _reset(self, mod: tvm.IRModule):
+        self.sch = s_tir.Schedule(mod)
+        self.sch.work_on(FUNC_NAME)
+
+    def _rewrite(self, rewrite_fn):
+        """Replace the function by `rewrite_fn(func)` (a TIR pass) and restart s_tir on it."""
+        self._reset(tvm.IRModule({FUNC_NAME: rewrite_fn(self.func)}))
+
+    def _record(self, primitive, **args):
+        self.trace.append(Step(primitive, args))
+
+    @property
+    def mod(self) -> tvm.IRModule:
+        return self.sch.mod
+
+    @property
+    def func(self):
+        return self.sch.mod[FUNC_NAME]
+
+    def show(self) -> str:
+        """The current TIR as TVMScript."""
+        return self.func.script()
+
+    def block_names(self, scope: str | None = None) -> list:
+        """Names of compute blocks, all or those inside a scope ("leaves" or "level")."""
+        if scope is None:
+            names = []
+            for s in ("leaves", "level"):
+                if self.has_block(s):
+                    names += self.block_names(s)
+            return names
+        out, stack = [], list(self.sch.get_child_blocks(self._block(scope)))
+        while stack:
+            b = stack.pop(0)
+            out.append(self.sch.get(b).name_hint)
+        return out
+
+    def has_block(self, name: str) -> bool:
+        try:
+            self.sch.get_sblock(name)
+            return True
+        except Exception:  # noqa: BLE001 - s_tir raises a generic error for unknown names
+            return False
+
+    def _block(self, name: str):
+        if not isinstance(name, str):
+            raise ScheduleError(f"blocks are named by strings, got {type(name).__name__}")
+        if not self.has_block(name):
+            raise ScheduleError(f"no block named {name!r}; blocks are {self.block_names()}")
+        return self.sch.get_sblock(name)
+
+    # -- trace ---------------------------------------------------------------------------------
+    def trace_json(self) -> str:
+        """The primitives applied so far as JSON (a recipe; see `replay`)."""
+        for step in self.trace:
+            if step.primitive.startswith("s_tir."):
+                raise ScheduleError(f"{step.primitive} was called with block/loop handles, which have "
+                                    "no JSON form; write recipes with RecSchedule's named primitives")
+        return json.dumps([s.as_json() for s in self.trace], indent=1)
+
+    def trace_python(self) -> str:
+        return "\n".join(s.as_python() for s in self.trace)
+
+    def replay(self, steps) -> "RecScheduleCore":
+        """Apply recorded steps (a list of {"primitive", "args"} dicts or a JSON string)."""
+        if isinstance(steps, str):
+            steps = json.loads(steps)
+        for i, step in enumerate(steps):
+            if not isinstance(step, dict) or "primitive" not in step:
+                raise ScheduleError(f"recipe step {i} is not a {{'primitive': ..., 'args': ...}} object")
+            name = step["primitive"]
+            method = getattr(type(self), name, None)
+            if method is None or name.startswith("_") or not callable(method):
+                raise ScheduleError(f"recipe step {i}: unknown primitive {name!r}")
+            args = step.get("args", {})
+            if not isinstance(args, dict):
+                raise ScheduleError(f"recipe step {i}: args must be an object")
+            getattr(self, name)(**args)
+        return self
+
+    # -- s_tir passthrough ---------------------------------------------------------------------
+    def __getattr__(self, name):
+        if name.startswith("_") or name in ("sch",):
+            raise AttributeError(name)
+        attr = getattr(self.sch, name)
+        if not callable(attr):
+            return attr
+
+        def recorded(*args, **kwargs):
+            try:
+                result = attr(*args, **kwargs)
+            except s_tir.ScheduleError as err:
+                raise ScheduleError(str(err)) from err
+            if name not in ("get_sblock", "get_loops", "get", "get_child_blocks", "get_producers",
+                            "get_consumers", "get_sref", "work_on", "show"):
+                self.trace.append(Step(f"s_tir.{name}", {"args": repr(args), "kwargs": repr(kwargs)}))
+            return result
+        recorded.__doc__ = attr.__doc__
+        return recorded

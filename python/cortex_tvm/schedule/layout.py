@@ -1,0 +1,167 @@
+"""Primitives that change data layout or index expressions (TIR rewrites)."""
+from __future__ import annotations
+
+import tvm
+
+from .. import fast_math as _fast_math
+from .. import passes
+from .core import ScheduleError
+
+#: dense scratchpads keep at least this many rows, so node tiles up to this size
+#: compact to constant-size (register) buffers
+MIN_DENSE_ROWS = 64
+
+
+class LayoutPrimitives:
+
+    def pack(self, weight: str, axis: int = 0, tile: int = 64):
+        """Repack a weight so `tile` consecutive rows along `axis` become the innermost dimension.
+
+        `W[r, c]` becomes `W[r // tile, c, r % tile]`: a vector of `tile` outputs
+        is read from contiguous memory for each reduction index.  The runtime
+        packs the numpy weight the same way once, when the model is compiled.
+
+        Requires: `weight` is a weight parameter, only read; `shape[axis] % tile == 0`.
+
+        Parameters
+        ----------
+        weight : str   name of the weight parameter (e.g. "U")
+        axis : int     the dimension to tile (the output dimension of y = W x)
+        tile : int     rows per tile
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ScheduleError  unknown weight, bad axis or tile, or a weight that is written
+
+        Examples
+        --------
+        Before::
+
+            gates_sum[n, r] += U[r, j * 256 + k] * h[children[n, j], k]     # U: (1280, 512)
+
+        ``rs.pack("U", axis=0, tile=64)``; after::
+
+            gates_sum[n, r] += U[r // 64, j * 256 + k, r % 64] * h[children[n, j], k]   # U: (20, 512, 64)
+        """
+        names = [w.name for w in self.lowered.weights]
+        if weight not in names:
+            raise ScheduleError(f"pack: {weight!r} is not a weight; weights are {names}")
+        buf = passes.param(self.func, weight)
+        shape = [int(d) for d in buf.shape]
+        if not isinstance(axis, int) or not 0 <= axis < len(shape):
+            raise ScheduleError(f"pack: axis {axis!r} out of range for {weight!r} of shape {tuple(shape)}")
+        if not isinstance(tile, int) or tile < 1 or shape[axis] % tile:
+            raise ScheduleError(f"pack: tile {tile!r} does not divide {weight!r}.shape[{axis}] = {shape[axis]}")
+        if any(p[0] == weight for p in self.plan.packs):
+            raise ScheduleError(f"pack: {weight!r} is already packed")
+        try:
+            self._rewrite(lambda f: passes.pack_buffer(f, weight, passes.tile_axis(axis, tile)))
+        except ValueError as err:
+            raise ScheduleError(f"pack: {err}") from err
+        self.plan = self.plan.with_pack(weight, axis, tile)
+        self._record("pack", weight=weight, axis=axis, tile=tile)
+        return self
+
+    def dense_index(self, tensor: str):
+        """Index a scratchpad by position in the level instead of by node id (non-affine -> affine).
+
+        Requires: `tensor` is a scratchpad (a per-node intermediate) still indexed
+        as `tensor[level_offsets[l] + j, ...]`.
+
+        Parameters
+        ----------
+        tensor : str   the scratchpad's name (the RA compute's name, e.g. "gates")
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ScheduleError  unknown scratchpad, or one already dense
+
+        Examples
+        --------
+        Before (allocation: every slot)::
+
+            gates = T.sblock_alloc_buffer((num_slots, 1280))
+            gates[level_offsets[l] + j, r] = gates_sum[level_offsets[l] + j, r] + bU[r]
+
+        ``rs.dense_index("gates")``; after (allocation: the largest level)::
+
+            gates = T.sblock_alloc_buffer((T.max(max_level_size, 64), 1280))
+            gates[j, r] = gates_sum[level_offsets[l] + j, r] + bU[r]
+        """
+        if not isinstance(tensor, str) or passes.find_alloc(self.func, tensor) is None:
+            raise ScheduleError(f"dense_index: no scratchpad named {tensor!r}; scratchpads are "
+                                f"{self.scratchpads()}")
+        max_level_size = passes.param(self.func, "max_level_size")
+        try:
+            self._rewrite(lambda f: passes.dense_index(f, tensor, max_level_size, MIN_DENSE_ROWS))
+        except ValueError as err:
+            raise ScheduleError(f"dense_index: {err}") from err
+        self._record("dense_index", tensor=tensor)
+        return self
+
+    def scratchpads(self) -> list:
+        """Names of the per-node intermediate buffers."""
+        names = []
+
+        def on_block(b):
+            names.extend(buf.name for buf in b.alloc_buffers)
+        import tvm_ffi
+        tvm_ffi.structural_walk(self.func, (tvm.s_tir.stmt.SBlock, on_block), order="pre")
+        return names
+
+    def pad_levels(self, multiple: int):
+        """Pad every level to a multiple of `multiple` nodes, so node loops split by it need no bounds check.
+
+        The linearizer adds pad rows (children at the null node) to each level;
+        the node-loop extents become `(lo[l+1] - lo[l]) // multiple * multiple`,
+        which TVM can prove divisible, so `split(node_loop, [None, multiple])`
+        adds no `T.where`.
+
+        Requires: not padded already.
+
+        Examples
+        --------
+        Before::
+
+            for j, r in T.grid(level_offsets[l + 1] - level_offsets[l], 1280): ...
+
+        ``rs.pad_levels(3)``; after::
+
+            for j, r in T.grid((level_offsets[l + 1] - level_offsets[l]) // 3 * 3, 1280): ...
+        """
+        if not isinstance(multiple, int) or multiple < 1:
+            raise ScheduleError(f"pad_levels: multiple must be a positive int, got {multiple!r}")
+        if self.plan.node_tile != 1:
+            raise ScheduleError(f"pad_levels: levels are already padded to {self.plan.node_tile}")
+        if multiple > MIN_DENSE_ROWS:
+            raise ScheduleError(f"pad_levels: multiple {multiple} > {MIN_DENSE_ROWS} is not supported")
+        self._rewrite(lambda f: passes.pad_level_extents(f, multiple))
+        from dataclasses import replace
+        self.plan = replace(self.plan, node_tile=multiple)
+        self._record("pad_levels", multiple=multiple)
+        return self
+
+    def fast_math(self):
+        """Replace float32 exp/sigmoid/tanh by polynomial forms that vectorize.
+
+        TVM calls scalar libm for these on CPU, which keeps an LSTM epilogue
+        from vectorizing.  Accuracy: within 3e-7 absolute of numpy.
+
+        Examples
+        --------
+        Before: ``c[n, i] = T.sigmoid(g[n, i]) * T.tanh(g[n, i + 768])``;
+        ``rs.fast_math()``; after: the same expression with each call replaced
+        by clamps, a degree-6 polynomial and an exponent built with
+        ``T.reinterpret("float32", T.shift_left(n + 127, 23))``.
+        """
+        self._rewrite(_fast_math.rewrite)
+        self._record("fast_math")
+        return self

@@ -1,0 +1,217 @@
+"""Loop primitives built from TVM's s_tir ones, addressed by block name."""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from .core import ScheduleError
+
+_SPATIAL, _REDUCE = 0, 2
+
+
+class LoopPrimitives:
+
+    def _block_loops(self, block: str, untransformed: bool = True):
+        """(block handle, its loops inside the stage scope, iter types in loop order).
+
+        With `untransformed`, the block must still have one loop per block
+        iterator (no split, fuse or reorder yet), so loops and kinds line up.
+        """
+        b = self._block(block)
+        iters = self.sch.get(b).iter_vars
+        loops = self.sch.get_loops(b)
+        if untransformed and len(loops) != len(iters):
+            raise ScheduleError(f"{block!r} is already transformed (its loops no longer match its iterators)")
+        return b, loops, [iv.iter_type for iv in iters]
+
+    def tile_gemm(self, block: str, node_tile: int = 3, column_tile: int = 64, lanes: int = 16,
+                  k_unroll: int = 8):
+        """Register-tile a per-node matrix-vector block as a GEMM micro-kernel.
+
+        The block `out[j, r] += A[j, k] * B[r, k]` over the level's nodes j
+        gets loops (r_tile, j_tile, k..., j in node_tile, r in column_tile)
+        with the last `lanes` columns vectorized and the node and column tiles
+        unrolled: node_tile x column_tile accumulators stay in registers for
+        the whole reduction.  The one elementwise consumer of the block (a
+        bias add) is computed inside the same tile.  The reduction's init is
+        split off when the schedule is built.
+
+        Requires: a reduction block with loops (node, column, reduce...);
+        column extent divisible by column_tile, column_tile by lanes.
+        Levels padded with pad_levels(node_tile) avoid bounds checks.
+
+        Examples
+        --------
+        Before::
+
+            for j, r, k in T.grid(n, 1280, 512): gates_sum[j, r] += U[r // 64, k, r % 64] * x[j, k]
+
+        ``rs.tile_gemm("gates_sum", node_tile=3, column_tile=64)``; after::
+
+            for r_0 in range(20):
+              for j_0 in range(n // 3):
+                for k_0 in range(64):
+                  for k_1 in T.unroll(8):
+                    for j_1 in T.unroll(3):
+                      for r_1_0 in T.unroll(4):
+                        for r_1_1 in T.vectorized(16): gates_sum[...] += ...
+                for ax0, ax1 in T.grid(3, 64): gates[...] = gates_sum[...] + bU[...]   # consumer
+        """
+        for name, v in (("node_tile", node_tile), ("column_tile", column_tile), ("lanes", lanes),
+                        ("k_unroll", k_unroll)):
+            if not isinstance(v, int) or v < 1:
+                raise ScheduleError(f"tile_gemm: {name} must be a positive int, got {v!r}")
+        b, loops, kinds = self._block_loops(block)
+        spatial = [l for l, k in zip(loops, kinds) if k == _SPATIAL]
+        reduce = [l for l, k in zip(loops, kinds) if k == _REDUCE]
+        if len(spatial) != 2 or not reduce or kinds[:2] != [_SPATIAL, _SPATIAL]:
+            raise ScheduleError(f"tile_gemm: {block!r} is not a (node, column, reduce...) reduction block")
+        node, column = spatial
+        columns = self.sch.get(column).extent
+        if not isinstance(columns, tvm.tirx.IntImm) or columns.value % column_tile or column_tile % lanes:
+            raise ScheduleError(f"tile_gemm: column_tile {column_tile} must divide the {columns} columns "
+                                f"of {block!r} and be a multiple of lanes {lanes}")
+        consumers = [self.sch.get(c).name_hint for c in self.sch.get_consumers(b)]
+        sch = self.sch
+        node_outer, node_inner = sch.split(node, [None, node_tile])
+        col_outer, col_inner = sch.split(column, [None, column_tile])
+        col_unrolled, col_lanes = sch.split(col_inner, [None, lanes])
+        last = reduce[-1]
+        k_extent = sch.get(last).extent
+        if isinstance(k_extent, tvm.tirx.IntImm) and k_unroll > 1 and k_extent.value % k_unroll == 0:
+            k_outer, k_inner = sch.split(last, [None, k_unroll])
+            reduce_loops = reduce[:-1] + [k_outer, k_inner]
+            sch.unroll(k_inner)
+        else:
+            reduce_loops = reduce
+        sch.reorder(col_outer, node_outer, *reduce_loops, node_inner, col_unrolled, col_lanes)
+        sch.vectorize(col_lanes)
+        sch.unroll(col_unrolled)
+        sch.unroll(node_inner)
+        if len(consumers) == 1 and self._is_elementwise_over(consumers[0], 2):
+            consumer = sch.get_sblock(consumers[0])
+            sch.reverse_compute_at(consumer, node_outer)
+            inner = sch.get_loops(consumer)[-1]
+            if column_tile % lanes == 0:
+                _, vec = sch.split(inner, [None, lanes])
+                sch.vectorize(vec)
+        self._pending_decompose.append((block, 2))     # reduction init goes above the first k loop
+        self._record("tile_gemm", block=block, node_tile=node_tile, column_tile=column_tile, lanes=lanes,
+                     k_unroll=k_unroll)
+        return self
+
+    def _is_elementwise_over(self, block, rank):
+        kinds = self._block_loops(block, untransformed=False)[2]
+        return len(kinds) == rank and all(k == _SPATIAL for k in kinds)
+
+    def vectorize_block(self, block: str, lanes: int = 16):
+        """Vectorize the innermost output loop of an elementwise block by `lanes`.
+
+        Examples
+        --------
+        Before: ``for j, i in T.grid(n, 256): c[...] = ...``;
+        ``rs.vectorize_block("internal_c")``; after::
+
+            for j, i_0 in T.grid(n, 16):
+                for i_1 in T.vectorized(16): c[...] = ...
+        """
+        if not isinstance(lanes, int) or lanes < 1:
+            raise ScheduleError(f"vectorize_block: lanes must be a positive int, got {lanes!r}")
+        b, loops, kinds = self._block_loops(block)
+        if any(k != _SPATIAL for k in kinds):
+            raise ScheduleError(f"vectorize_block: {block!r} is a reduction; use tile_gemm")
+        extent = self.sch.get(loops[-1]).extent
+        if not isinstance(extent, tvm.tirx.IntImm) or extent.value % lanes:
+            raise ScheduleError(f"vectorize_block: innermost extent {extent} of {block!r} is not a "
+                                f"multiple of {lanes}")
+        _, vec = self.sch.split(loops[-1], [None, lanes])
+        self.sch.vectorize(vec)
+        self._record("vectorize_block", block=block, lanes=lanes)
+        return self
+
+    def persist(self, weight: str):
+        """Keep each core's share of a weight in its own cache across all levels.
+
+        Every tiled block reading `weight` runs its column tiles in parallel;
+        TVM's static partition gives a core the same tiles at every level, so
+        it streams the same part of the weight (half of U is 1.3 MB, which
+        fits one core's L2 here) instead of all of it.
+
+        Requires: `weight` packed and the blocks reading it tiled (tile_gemm).
+
+        Examples
+        --------
+        Before: ``for r_0 in range(20): ...``; ``rs.persist("U")``; after:
+        ``for r_0 in T.parallel(20): ...``
+        """
+        if not any(p[0] == weight for p in self.plan.packs):
+            raise ScheduleError(f"persist: pack {weight!r} first (persist splits its column tiles over cores)")
+        tiled = [s.args["block"] for s in self.trace if s.primitive == "tile_gemm"]
+        readers = [name for name in tiled if self.has_block(name) and self._reads(name, weight)]
+        if not readers:
+            raise ScheduleError(f"persist: no tiled block reads {weight!r}; apply tile_gemm first")
+        for name in readers:
+            self.sch.parallel(self.sch.get_loops(self.sch.get_sblock(name))[0])
+        self._record("persist", weight=weight)
+        return self
+
+    def _reads(self, block, buffer_name):
+        found = []
+
+        def on_load(ld):
+            if ld.source.name == buffer_name:
+                found.append(ld)
+        import tvm_ffi
+        tvm_ffi.structural_walk(self.sch.get(self._block(block)).body, (tvm.ir.TensorLoad, on_load))
+        return bool(found)
+
+    def unroll_recursion(self, depth: int):
+        """Compute `depth` consecutive levels per step of the level loop.
+
+        The level loop is split by `depth` and its inner part unrolled: a step
+        computes a node's level and the next `depth - 1` levels above it while
+        the children's states are still in cache.  A guard skips levels past
+        the root, so any tree height works.
+
+        Examples
+        --------
+        Before: ``for l in range(1, L): level(l)``; ``rs.unroll_recursion(2)``; after::
+
+            for l_0 in range((L - 1 + 1) // 2):
+                for l_1 in T.unroll(2):
+                    level(1 + l_0 * 2 + l_1)      # T.where(l_0 * 2 + l_1 < L - 1)
+        """
+        if not isinstance(depth, int) or depth < 1:
+            raise ScheduleError(f"unroll_recursion: depth must be a positive int, got {depth!r}")
+        if self.plan.per_level:
+            raise ScheduleError("unroll_recursion: not with per_level_kernels()")
+        if depth > 1:
+            level_loop = self.sch.get_loops(self._block("level"))[0]
+            _, inner = self.sch.split(level_loop, [None, depth])
+            self.sch.unroll(inner)
+        self._record("unroll_recursion", depth=depth)
+        return self
+
+    def peel(self, block: str, factor: int):
+        """Split a block's node loop by `factor` with no bounds check in the full tiles.
+
+        The node loop becomes a main loop over the whole tiles, split by
+        `factor` exactly (no `T.where`), and a remainder loop over the last
+        `n % factor` nodes.
+
+        Examples
+        --------
+        Before: ``for j, i in T.grid(n, 64): ...``; ``rs.peel("child_sum", 4)``; after::
+
+            for j_0, j_1, i in T.grid(n // 4, 4, 64): ...     # no bounds check
+            for j, i in T.grid(n - n // 4 * 4, 64): ...       # remainder
+        """
+        if not isinstance(factor, int) or factor < 1:
+            raise ScheduleError(f"peel: factor must be a positive int, got {factor!r}")
+        b, loops, kinds = self._block_loops(block, untransformed=False)
+        node = loops[0]
+        extent = self.sch.get(node).extent
+        main, _ = self.sch.loop_partition(node, [tirx.floordiv(extent, factor) * factor, None])
+        self.sch.split(main, [None, factor])
+        self._record("peel", block=block, factor=factor)
+        return self

@@ -1,0 +1,115 @@
+"""Primitives that change what is computed where: leaf specialization, hoisting, batching."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import ra
+from ..lower import lower
+from .core import ScheduleError
+
+
+class ProgramPrimitives:
+
+    def _only_program_steps_so_far(self, primitive):
+        done = [s.primitive for s in self.trace if s.primitive not in ("specialize_leaves", "dynamic_batch")]
+        if done:
+            raise ScheduleError(f"{primitive} re-lowers the program, so it must come before {done}")
+
+    def specialize_leaves(self):
+        """Give leaves their own loop nest (one large batch), with no is-leaf test in the level loop.
+
+        Requires: applied before every other primitive except dynamic_batch.
+
+        Examples
+        --------
+        Before (every level, leaves included, computes both cases)::
+
+            for l in range(0, num_levels):            # "level"
+                ... h_select[j, i] = T.if_then_else(num_children[level_offsets[l] + j] == 0,
+                                                    leaf_h[j, i], internal_h[j, i])
+
+        ``rs.specialize_leaves()``; after::
+
+            with T.sblock("leaves"): ... h[level_offsets[0] + j, i] = leaf_h[...]
+            for l in range(1, num_levels):            # "level": internal nodes only
+                ... h[level_offsets[l] + j, i] = internal_h[...]
+        """
+        if self.lowered.specialized:
+            raise ScheduleError("specialize_leaves: leaves are already specialized")
+        self._only_program_steps_so_far("specialize_leaves")
+        self._relower(lower(self.lowered.program, specialize_leaves=True))
+        self._record("specialize_leaves")
+        return self
+
+    def hoist(self, budget_mb: float = 64.0):
+        """Precompute every leaf state per word when the model is compiled; leaves become lookups.
+
+        A leaf's states depend only on its word, so CORTEX's computation
+        hoisting computes them once per vocabulary entry (with the same
+        compiled code) and the inference reads `table[word[n]]`.
+
+        Requires: specialize_leaves() applied, the leaf case reads exactly one
+        per-node input, and the tables (vocabulary x state sizes x 4 bytes) fit
+        in `budget_mb`.
+
+        Examples
+        --------
+        Before::
+
+            leaf_gates_sum[j, r] += W[r, e] * emb[word[level_offsets[0] + j], e]   # + epilogue blocks
+
+        ``rs.hoist()``; after (tables h_table, c_table are new parameters)::
+
+            h[level_offsets[0] + j, i] = h_table[word[level_offsets[0] + j], i]
+            c[level_offsets[0] + j, i] = c_table[word[level_offsets[0] + j], i]
+        """
+        if not self.lowered.specialized:
+            raise ScheduleError("hoist: apply specialize_leaves() first")
+        self._only_program_steps_so_far("hoist")
+        if not isinstance(budget_mb, (int, float)) or budget_mb <= 0:
+            raise ScheduleError(f"hoist: budget_mb must be a positive number, got {budget_mb!r}")
+        program = self.lowered.program
+        inputs = [k for k in self.lowered.node_inputs]
+        if len(inputs) != 1:
+            raise ScheduleError(f"hoist: the leaf case must read exactly one per-node input, found "
+                                f"{[i.name for i in inputs]}")
+        word = inputs[0]
+        size = sum(_numel(s.shape) for s in program.states) * word.bound * 4 / 2**20
+        if size > budget_mb:
+            raise ScheduleError(f"hoist: tables need {size:.1f} MB, over the budget of {budget_mb} MB")
+        n = ra.node()
+        tables, leaf = {}, {}
+        for state in program.states:
+            table = ra.weight(f"{state.name}_table", (word.bound,) + state.shape, state.dtype)
+            tables[state] = table
+            leaf[state] = ra.compute(state.shape, lambda *i, t=table: t[(word[n],) + i], name=f"{state.name}_leaf")
+        hoisted = ra.RecProgram(program.spec, program.states, leaf, program.internal)
+        self._relower(lower(hoisted, specialize_leaves=True))
+        self.plan = replace(self.plan, hoisted=tuple((s.name, tables[s].name) for s in program.states))
+        self.unhoisted_program = program
+        self._record("hoist", budget_mb=budget_mb)
+        return self
+
+    def dynamic_batch(self, enabled: bool = True):
+        """Batch all nodes of a level together (the default); `enabled=False`: one node per step.
+
+        This is a linearization policy: the IR is the same loop over levels,
+        but without batching every internal node is its own level, so the
+        node loops run one node per step (what eager recursion does).
+        """
+        if not isinstance(enabled, bool):
+            raise ScheduleError(f"dynamic_batch: enabled must be a bool, got {enabled!r}")
+        self.plan = replace(self.plan, dynamic_batching=enabled)
+        self._record("dynamic_batch", enabled=enabled)
+        return self
+
+    def _relower(self, lowered):
+        self.lowered = lowered
+        self._reset(lowered.mod)
+
+
+def _numel(shape):
+    out = 1
+    for d in shape:
+        out *= int(d)
+    return out
