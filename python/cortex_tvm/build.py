@@ -39,14 +39,16 @@ def make_target(target) -> Target:
     raise TypeError(f"target must be a string, dict or tvm.target.Target, got {type(target).__name__}")
 
 
-def build_module(mod: tvm.IRModule, target: Target):
-    """tvm.compile with an in-process cache keyed by the IR's structural hash and the target."""
+def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = None):
+    """tvm.compile with an in-process cache keyed by the IR's structural hash, target and config."""
     global _compiles
-    key = (tvm_ffi.structural_hash(mod), str(target))
+    pass_config = pass_config or {}
+    key = (tvm_ffi.structural_hash(mod), str(target), repr(sorted(pass_config.items())))
     with _cache_lock:
         if key in _cache:
             return _cache[key]
-        executable = tvm.compile(mod, target=target)
+        with tvm.transform.PassContext(opt_level=3, config=pass_config):
+            executable = tvm.compile(mod, target=target)
         _compiles += 1
         _cache[key] = executable
         return executable
@@ -78,8 +80,8 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None):
         raise NotImplementedError("tuning logs arrive with cortex_tvm.tune")
     rs, recipe = schedule_model(model, tgt, schedule)
     tables = hoisted_tables(model, rs, recipe, tgt) if rs.plan.hoisted else {}
-    mod = split_per_level(rs.func) if rs.plan.per_level else rs.mod
-    executable = build_module(mod, tgt)
+    mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod
+    executable = build_module(mod, tgt, rs.plan.pass_config())
     return CompiledModel(model, rs.lowered, executable, tgt, rs.plan, weight_arrays(model, rs, tables),
                          recipe.name)
 
@@ -101,8 +103,8 @@ def hoisted_tables(model, rs, recipe, target) -> dict:
                 except ScheduleError:
                     pass
     table_rs.finalize()
-    mod = split_per_level(table_rs.func) if table_rs.plan.per_level else table_rs.mod
-    table_model = CompiledModel(model, table_rs.lowered, build_module(mod, target), target, table_rs.plan,
+    mod = split_per_level(table_rs.func, table_rs.lowered.first_level) if table_rs.plan.per_level else table_rs.mod
+    table_model = CompiledModel(model, table_rs.lowered, build_module(mod, target, table_rs.plan.pass_config()), target, table_rs.plan,
                                 weight_arrays(model, table_rs, {}), "hoist-tables")
     vocabulary = [data.Node(word=w) for w in range(model.vocab_bound)]
     lin = table_model.linearize(vocabulary)

@@ -67,6 +67,11 @@ class Lowered:
     def func(self) -> tirx.PrimFunc:
         return self.mod[FUNC_NAME]
 
+    @property
+    def first_level(self) -> int:
+        """The first level the level loop computes (leaves are level 0)."""
+        return 1 if self.specialized else 0
+
 
 # ----------------------------------------------------------------------------- step 1: stages
 class _Placeholders(dict):
@@ -301,9 +306,10 @@ def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
                         Tb.reads(*everything, level_offsets[0:L1])
                         Tb.writes(*states)
                         _splice(stages["leaf"], buffers, level_offsets[0], level_offsets[1], N)
-                with Tb.serial(1 if specialized else 0, L1 - 1) as l:
+                first = 1 if specialized else 0       # the loop starts at 0 so s_tir can split it
+                with Tb.serial(0, L1 - 1 - first) as l:
                     with Tb.sblock("level"):
-                        vl = Tb.axis.opaque(L1, l)
+                        vl = Tb.axis.opaque(L1, l + first)
                         Tb.reads(*everything, level_offsets[0:L1])
                         Tb.writes(*states)
                         body = stages["internal" if specialized else "both"]

@@ -79,7 +79,7 @@ class CompiledModel:
         args += [lin.level_offsets, lin.roots, lin.max_level_size, *self._weights, *states, out]
         if self.plan.per_level:
             self._leaves(*args)
-            for level in range(1, lin.num_levels):
+            for level in range(self.lowered.first_level, lin.num_levels):
                 self._level(*args, level)
             self._roots(*args)
         else:

@@ -35,6 +35,11 @@ class RuntimePlan:
     hoisted: tuple = ()
     #: one kernel launch per level instead of one for the whole inference
     per_level: bool = False
+    #: build with TVM's loop partitioning (peel)
+    partition_loops: bool = False
+
+    def pass_config(self) -> dict:
+        return {"s_tir.LoopPartition": {"partition_const_loop": True}} if self.partition_loops else {}
 
     def with_pack(self, name, axis, tile):
         return replace(self, packs=tuple(p for p in self.packs if p[0] != name) + ((name, axis, tile),))
@@ -76,6 +81,8 @@ class RecScheduleCore:
 
     def _record(self, primitive, **args):
         self.trace.append(Step(primitive, args))
+
+    func_name = FUNC_NAME
 
     @property
     def mod(self) -> tvm.IRModule:

@@ -43,8 +43,12 @@ class KernelPrimitives:
         return self
 
 
-def split_per_level(func) -> tvm.IRModule:
-    """cortex_main -> cortex_leaves, cortex_level(level), cortex_roots (same parameters + level)."""
+def split_per_level(func, first_level: int) -> tvm.IRModule:
+    """cortex_main -> cortex_leaves, cortex_level(level), cortex_roots (same parameters + level).
+
+    The level loop counts from 0 and its body computes level `loop var + first_level`;
+    cortex_level takes the level itself.
+    """
     root = func.body.block
     parts = list(root.body.seq) if isinstance(root.body, tirx.SeqStmt) else [root.body]
     level_loops = [p for p in parts if isinstance(p, tirx.For)
@@ -54,7 +58,8 @@ def split_per_level(func) -> tvm.IRModule:
     loop = level_loops[0]
     level = tirx.Var("level", "int32")
     import tvm_ffi
-    level_body = tvm_ffi.structural_map(loop.body, (tvm.ir.Var, lambda v: level if v.same_as(loop.loop_var) else v),
+    counter = level - first_level
+    level_body = tvm_ffi.structural_map(loop.body, (tvm.ir.Var, lambda v: counter if v.same_as(loop.loop_var) else v),
                                         order="post")
 
     def make(name, body, extra=()):

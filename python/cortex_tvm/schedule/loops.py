@@ -192,26 +192,48 @@ class LoopPrimitives:
         self._record("unroll_recursion", depth=depth)
         return self
 
-    def peel(self, block: str, factor: int):
-        """Split a block's node loop by `factor` with no bounds check in the full tiles.
+    def peel(self, block: str):
+        """Take the bounds check of a split node loop out of the full tiles.
 
-        The node loop becomes a main loop over the whole tiles, split by
-        `factor` exactly (no `T.where`), and a remainder loop over the last
-        `n % factor` nodes.
+        After `split(node_loop, [None, f])` on a data-dependent extent n, every
+        iteration tests `j_0 * f + j_1 < n`.  `peel` marks that test as likely
+        and has TVM's loop partitioning split the loop at build time: a main
+        loop over the n // f full tiles with no test, then the last partial
+        tile with it.
+
+        Requires: the block has a bounds predicate (from a split).
 
         Examples
         --------
-        Before: ``for j, i in T.grid(n, 64): ...``; ``rs.peel("child_sum", 4)``; after::
+        Before::
 
-            for j_0, j_1, i in T.grid(n // 4, 4, 64): ...     # no bounds check
-            for j, i in T.grid(n - n // 4 * 4, 64): ...       # remainder
+            for j_0, j_1, i in T.grid((n + 3) // 4, 4, 64):
+                with T.sblock("child_sum"):
+                    T.where(j_0 * 4 + j_1 < n)
+                    ...
+
+        ``rs.peel("child_sum")``; after building::
+
+            for j_0, j_1, i in T.grid(n // 4, 4, 64): child_sum[...] = ...          # no test
+            for j_0, j_1, i in T.grid((n % 4 + 3) // 4, 4, 64):
+                if (j_0 + n // 4) * 4 + j_1 < n: child_sum[...] = ...
         """
-        if not isinstance(factor, int) or factor < 1:
-            raise ScheduleError(f"peel: factor must be a positive int, got {factor!r}")
-        b, loops, kinds = self._block_loops(block, untransformed=False)
-        node = loops[0]
-        extent = self.sch.get(node).extent
-        main, _ = self.sch.loop_partition(node, [tirx.floordiv(extent, factor) * factor, None])
-        self.sch.split(main, [None, factor])
-        self._record("peel", block=block, factor=factor)
+        self._block(block)
+        realize = self.sch.get_sref(self.sch.get_sblock(block)).stmt
+        marked = []
+
+        def on_realize(r):
+            if r.block.name_hint == block and not isinstance(r.predicate, tvm.tirx.IntImm):
+                marked.append(r)
+                return tvm.s_tir.stmt.SBlockRealize(r.iter_values, tirx.likely(r.predicate), r.block)
+            return r
+        import tvm_ffi
+        new = tvm_ffi.structural_map(self.func, (tvm.s_tir.stmt.SBlockRealize, on_realize), order="post")
+        if not marked:
+            raise ScheduleError(f"peel: {block!r} has no bounds check to peel (split its node loop first)")
+        del realize
+        from dataclasses import replace
+        self._reset(tvm.IRModule({self.func_name: new}))
+        self.plan = replace(self.plan, partition_loops=True)
+        self._record("peel", block=block)
         return self
