@@ -1,4 +1,4 @@
-"""The `cortex-tvm` command: demo (and, as they arrive, show, bench, tune)."""
+"""The `cortex-tvm` command: demo, show (and, as they arrive, bench, tune)."""
 from __future__ import annotations
 
 import argparse
@@ -39,6 +39,58 @@ def _demo(args) -> int:
     return 0 if worst < 1e-3 else 1
 
 
+_MODELS = {"treelstm": "TreeLSTM", "treefc": "TreeFC"}
+
+
+def _make_model(name, hidden, vocab_size):
+    import cortex_tvm as ct
+    key = name.lower()
+    if key not in _MODELS:
+        raise SystemExit(f"unknown model {name!r}; models: {sorted(_MODELS)}")
+    return getattr(ct.models, _MODELS[key])(hidden_size=hidden, vocab_size=vocab_size)
+
+
+def _show(args) -> int:
+    """Print the TIR before the recipe and after each of its steps (as a diff, or in full)."""
+    import difflib
+
+    from . import build, recipes
+    from .schedule import RecSchedule
+
+    model = _make_model(args.model, args.hidden, args.vocab)
+    target = build.make_target(args.target)
+    recipe = recipes.resolve(model, target, args.schedule)
+    if recipe.apply_fn is not None:
+        raise SystemExit(f"recipe {recipe.name!r} is a function; show needs a step recipe (see schedules/)")
+
+    def fresh():
+        return RecSchedule(model.lower(specialize_leaves=False))
+
+    if recipe.knobs:
+        recipe = recipe.fitted(fresh)
+    rs = fresh()
+    before = rs.show()
+    print(f"# {type(model).__name__} H={args.hidden}, recipe {recipe.name!r}, knobs {recipe.knob_values()}")
+    print("# ---- lowered program (before any primitive)")
+    print(before)
+    for step in recipe.steps_with_knobs():
+        done = len(rs.trace)
+        recipes.Recipe("step", (step,)).apply(rs)
+        label = ", ".join(f"{k}={v!r}" for k, v in step.get("args", {}).items())
+        if len(rs.trace) == done:
+            print(f"# ---- {step['primitive']}({label}): skipped (optional, does not apply)")
+            continue
+        after = rs.show()
+        print(f"# ---- {step['primitive']}({label})")
+        if args.full:
+            print(after)
+        else:
+            diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=1)
+            print("\n".join(list(diff)[2:]) or "# (no change to the TIR: a runtime/build setting)")
+        before = after
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="cortex-tvm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -49,6 +101,14 @@ def main(argv=None) -> int:
     demo.add_argument("--repeats", type=int, default=5)
     demo.add_argument("--trees", default=None, help="a PTB-bracket file instead of the bundled SST sample")
     demo.set_defaults(run=_demo)
+    show = sub.add_parser("show", help="print the TIR after each primitive of a schedule recipe")
+    show.add_argument("model", help="treelstm or treefc")
+    show.add_argument("--hidden", type=int, default=64)
+    show.add_argument("--vocab", type=int, default=100)
+    show.add_argument("--schedule", default=None, help="recipe name or .json path (default: the model's)")
+    show.add_argument("--target", default="llvm")
+    show.add_argument("--full", action="store_true", help="print the whole TIR after each step, not a diff")
+    show.set_defaults(run=_show)
     args = parser.parse_args(argv)
     config.use_all_cores()
     return args.run(args)

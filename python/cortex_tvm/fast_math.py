@@ -23,17 +23,26 @@ def _f(v):
     return tirx.const(v, "float32")
 
 
+def _let(name, value, body_fn):
+    """`body_fn(v)` with v bound to `value` once (keeps the IR small and readable)."""
+    v = tirx.Var(name, "float32")
+    return tirx.Let(v, value, body_fn(v))
+
+
 def fast_exp(x):
     """exp(x) from +, *, floor and bit operations only (so it vectorizes)."""
-    x = tirx.max(tirx.min(x, _f(88.3762626647949)), _f(-87.3365447504019))
-    n = tirx.floor(x * _f(_LOG2E) + _f(0.5))
-    r = x - n * _f(_LN2_HI) - n * _f(_LN2_LO)
-    p = _f(_EXP_POLY[0])
-    for coefficient in _EXP_POLY[1:]:
-        p = p * r + _f(coefficient)
-    p = p * r * r + r + _f(1.0)
-    two_to_n = tirx.reinterpret("float32", tirx.shift_left(n.astype("int32") + 127, 23))
-    return p * two_to_n
+    def with_clamped(xc):
+        def with_n(n):
+            def with_r(r):
+                p = _f(_EXP_POLY[0])
+                for coefficient in _EXP_POLY[1:]:
+                    p = p * r + _f(coefficient)
+                p = p * r * r + r + _f(1.0)
+                two_to_n = tirx.reinterpret("float32", tirx.shift_left(n.astype("int32") + 127, 23))
+                return p * two_to_n
+            return _let("exp_r", xc - n * _f(_LN2_HI) - n * _f(_LN2_LO), with_r)
+        return _let("exp_n", tirx.floor(xc * _f(_LOG2E) + _f(0.5)), with_n)
+    return _let("exp_x", tirx.max(tirx.min(x, _f(88.3762626647949)), _f(-87.3365447504019)), with_clamped)
 
 
 def fast_sigmoid(x):
