@@ -7,7 +7,8 @@ skipped when its precondition fails (e.g. `hoist` over its memory budget,
 or a block that `hoist` removed).  An argument written "$name" is a knob:
 `knobs` lists its candidate values, the first being the default; when a
 candidate does not fit the model (a tile that does not divide the hidden
-size), the next one is tried.  The tuner searches the same knobs.  Two
+size), the next one is tried.  A step with `"when": "$knob"` runs only
+when that knob is true.  The tuner searches the same knobs.  Two
 recipes are built in: "none" (the lowered program as is) and "auto" (a
 generic schedule for any model).
 """
@@ -51,7 +52,8 @@ class Recipe:
                     raise ValueError(f"recipe {self.name!r}: unknown knob {v!r}")
                 return values[v[1:]]
             return v
-        return [{**step, "args": {k: fill(v) for k, v in step.get("args", {}).items()}} for step in self.steps]
+        return [{**step, "args": {k: fill(v) for k, v in step.get("args", {}).items()},
+                 "when": fill(step.get("when", True))} for step in self.steps]
 
     def apply(self, rs: RecSchedule, skip: tuple = ()) -> RecSchedule:
         """Apply the steps (or the function); primitives named in `skip` are left out."""
@@ -60,7 +62,7 @@ class Recipe:
                 raise ScheduleError(f"recipe {self.name!r} is a function; cannot leave out {skip}")
             return self.apply_fn(rs) or rs
         for step in self.steps_with_knobs():
-            if step.get("primitive") in skip:
+            if step.get("primitive") in skip or not step.get("when", True):
                 continue
             try:
                 rs.replay([step])
