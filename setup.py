@@ -29,7 +29,9 @@ setup(
         "cloudpickle",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis"],
+        # notebooks are executed by the tests, so their kernel and plotting come with them
+        "test": ["pytest", "hypothesis", "nbclient", "nbformat", "ipykernel", "matplotlib"],
+        "notebooks": ["jupyterlab", "matplotlib", "ipykernel"],
         "torch": ["torch==2.13.0"],
     },
     entry_points={"console_scripts": ["cortex-tvm=cortex_tvm.cli:main"]},

@@ -20,7 +20,7 @@ def _demo(args) -> int:
     model = ct.models.TreeLSTM(hidden_size=args.hidden, vocab_size=len(vocab))
     start = time.perf_counter()
     compiled = model.compile(target="llvm")
-    print(f"compiled in {time.perf_counter() - start:.1f} s (schedule {compiled.recipe.name!r}, "
+    print(f"compiled in {time.perf_counter() - start:.1f} s (schedule {compiled.recipe_name!r}, "
           f"target {compiled.target})")
 
     batches = batches_of(trees, args.batch, args.max_batches)
@@ -109,6 +109,10 @@ def main(argv=None) -> int:
     show.add_argument("--target", default="llvm")
     show.add_argument("--full", action="store_true", help="print the whole TIR after each step, not a diff")
     show.set_defaults(run=_show)
+    from .bench import add_parser as _add_bench_parser
+    _add_bench_parser(sub)
+    from .tune.cli import register as register_tune
+    register_tune(sub)
     args = parser.parse_args(argv)
     config.use_all_cores()
     return args.run(args)

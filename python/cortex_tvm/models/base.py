@@ -102,8 +102,13 @@ class Model:
             self._program = self.build_program()
         return self._program
 
-    def lower(self, specialize_leaves: bool = True, dump=None) -> _lower.Lowered:
-        """The RA program lowered to one TIR PrimFunc, before scheduling (cached)."""
+    def lower(self, specialize_leaves: bool = False, dump=None) -> _lower.Lowered:
+        """The RA program lowered to one TIR PrimFunc, before scheduling (cached).
+
+        By default this is the plain ILIR: every level, leaves included, computes
+        both cases and selects one; `RecSchedule.specialize_leaves()` (or
+        `specialize_leaves=True` here) gives leaves their own loop nest.
+        """
         if dump is not None:
             return _lower.lower(self.program, specialize_leaves, dump=dump)
         cache = self.__dict__.setdefault("_lowered", {})
