@@ -13,7 +13,7 @@ from .schedule.kernels import LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC
 
 def weight_arrays(model, rs, tables: dict) -> list:
     """The weight arguments in parameter order: packed as the schedule says, hoisted tables included."""
-    packs = {name: (axis, tile) for name, axis, tile in rs.plan.packs}
+    packs = {p[0]: p[1:] for p in rs.plan.packs}
     out = []
     for w in rs.lowered.weights:
         array = tables[w.name] if w.name in tables else model.weights[w.name]

@@ -44,20 +44,24 @@ class TreeLSTM(Model):
         U, bU = ra.weight("U", (5 * H, 2 * H)), ra.weight("bU", (5 * H,))
         h, c = ra.rec_placeholder("h", (H,)), ra.rec_placeholder("c", (H,))
 
-        # leaf: [i; o; u] = W emb[word] + bW
+        # leaf: [i; o; u] = W emb[word] + bW, as iou[gate, unit]
+        LI, LO, LU = range(3)
         e = ra.reduce_axis(E, "e")
-        iou = ra.compute((3 * H,), lambda r: ra.sum(W[r, e] * emb[word[n], e], e) + bW[r], name="leaf_gates")
-        leaf_c = ra.compute((H,), lambda i: s(iou[i]) * tanh(iou[2 * H + i]), name="leaf_c")
-        leaf_h = ra.compute((H,), lambda i: s(iou[H + i]) * tanh(leaf_c[i]), name="leaf_h")
+        iou = ra.compute((3, H), lambda g, i: ra.sum(W[g * H + i, e] * emb[word[n], e], e) + bW[g * H + i],
+                         name="leaf_gates")
+        leaf_c = ra.compute((H,), lambda i: s(iou[LI, i]) * tanh(iou[LU, i]), name="leaf_c")
+        leaf_h = ra.compute((H,), lambda i: s(iou[LO, i]) * tanh(leaf_c[i]), name="leaf_h")
 
-        # internal: [i; f_l; f_r; o; u] = U [h_l; h_r] + bU
+        # internal: [i; f_l; f_r; o; u] = U [h_l; h_r] + bU, as gates[gate, unit]
+        # (distinct names: the bodies run later, at lowering, and see these names then)
+        I, FL, FR, O, U_ = range(5)
         j, k = ra.reduce_axis(2, "j"), ra.reduce_axis(H, "k")
-        gates = ra.compute((5 * H,), lambda r: ra.sum(U[r, j * H + k] * h[child(n, j), k], [j, k]) + bU[r],
-                           name="gates")
-        internal_c = ra.compute((H,), lambda i: s(gates[i]) * tanh(gates[4 * H + i])
-                                + s(gates[H + i]) * c[child(n, 0), i] + s(gates[2 * H + i]) * c[child(n, 1), i],
+        gates = ra.compute((5, H), lambda g, i: ra.sum(U[g * H + i, j * H + k] * h[child(n, j), k], [j, k])
+                           + bU[g * H + i], name="gates")
+        internal_c = ra.compute((H,), lambda i: s(gates[I, i]) * tanh(gates[U_, i])
+                                + s(gates[FL, i]) * c[child(n, 0), i] + s(gates[FR, i]) * c[child(n, 1), i],
                                 name="internal_c")
-        internal_h = ra.compute((H,), lambda i: s(gates[3 * H + i]) * tanh(internal_c[i]), name="internal_h")
+        internal_h = ra.compute((H,), lambda i: s(gates[O, i]) * tanh(internal_c[i]), name="internal_h")
         return ra.rec_compute(tree, {h: (leaf_h, internal_h), c: (leaf_c, internal_c)})
 
     def numpy_forward(self, lin):

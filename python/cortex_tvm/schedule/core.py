@@ -29,7 +29,7 @@ class RuntimePlan:
     node_tile: int = 1
     #: False: each internal node is its own level step (no dynamic batching)
     dynamic_batching: bool = True
-    #: weight name -> (axis, tile): the array is repacked the same way at load time
+    #: (weight name, axis, tile, groups, extent): the array is repacked the same way at load time
     packs: tuple = ()
     #: states whose leaf values are looked up in a table computed at compile time
     hoisted: tuple = ()
@@ -41,8 +41,9 @@ class RuntimePlan:
     def pass_config(self) -> dict:
         return {"s_tir.LoopPartition": {"partition_const_loop": True}} if self.partition_loops else {}
 
-    def with_pack(self, name, axis, tile):
-        return replace(self, packs=tuple(p for p in self.packs if p[0] != name) + ((name, axis, tile),))
+    def with_pack(self, name, axis, tile, groups=1, extent=None):
+        return replace(self, packs=tuple(p for p in self.packs if p[0] != name)
+                       + ((name, axis, tile, groups, extent),))
 
 
 @dataclass

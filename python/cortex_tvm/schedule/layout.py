@@ -14,20 +14,25 @@ MIN_DENSE_ROWS = 64
 
 class LayoutPrimitives:
 
-    def pack(self, weight: str, axis: int = 0, tile: int = 64):
+    def pack(self, weight: str, axis: int = 0, tile: int = 64, groups: int = 1):
         """Repack a weight so `tile` consecutive rows along `axis` become the innermost dimension.
 
         `W[r, c]` becomes `W[r // tile, c, r % tile]`: a vector of `tile` outputs
-        is read from contiguous memory for each reduction index.  The runtime
-        packs the numpy weight the same way once, when the model is compiled.
+        is read from contiguous memory for each reduction index.  With
+        `groups=G` the rows are G blocks (an LSTM's gates) and a tile holds
+        `tile` rows of every block side by side, so one register tile computes
+        all gates of the same hidden units.  The runtime packs the numpy
+        weight the same way once, when the model is compiled.
 
-        Requires: `weight` is a weight parameter, only read; `shape[axis] % tile == 0`.
+        Requires: `weight` is a weight parameter, only read;
+        `shape[axis] % (groups * tile) == 0`.
 
         Parameters
         ----------
         weight : str   name of the weight parameter (e.g. "U")
         axis : int     the dimension to tile (the output dimension of y = W x)
-        tile : int     rows per tile
+        tile : int     rows per tile (per group)
+        groups : int   row blocks interleaved in each tile
 
         Returns
         -------
@@ -46,6 +51,10 @@ class LayoutPrimitives:
         ``rs.pack("U", axis=0, tile=64)``; after::
 
             gates_sum[n, r] += U[r // 64, j * 256 + k, r % 64] * h[children[n, j], k]   # U: (20, 512, 64)
+
+        With gates as gates[n, g, i] (row g * 256 + i), ``rs.pack("U", tile=16, groups=5)``::
+
+            gates_sum[n, g, i] += U[i // 16, j * 256 + k, g * 16 + i % 16] * ...          # U: (16, 512, 80)
         """
         names = [w.name for w in self.lowered.weights]
         if weight not in names:
@@ -54,16 +63,20 @@ class LayoutPrimitives:
         shape = [int(d) for d in buf.shape]
         if not isinstance(axis, int) or not 0 <= axis < len(shape):
             raise ScheduleError(f"pack: axis {axis!r} out of range for {weight!r} of shape {tuple(shape)}")
-        if not isinstance(tile, int) or tile < 1 or shape[axis] % tile:
-            raise ScheduleError(f"pack: tile {tile!r} does not divide {weight!r}.shape[{axis}] = {shape[axis]}")
+        if not isinstance(groups, int) or groups < 1:
+            raise ScheduleError(f"pack: groups must be a positive int, got {groups!r}")
+        if not isinstance(tile, int) or tile < 1 or shape[axis] % (tile * groups):
+            raise ScheduleError(f"pack: tile {tile!r} x groups {groups} does not divide "
+                                f"{weight!r}.shape[{axis}] = {shape[axis]}")
         if any(p[0] == weight for p in self.plan.packs):
             raise ScheduleError(f"pack: {weight!r} is already packed")
+        index_fn = passes.tile_axis(axis, tile, groups, shape[axis])
         try:
-            self._rewrite(lambda f: passes.pack_buffer(f, weight, passes.tile_axis(axis, tile)))
+            self._rewrite(lambda f: passes.pack_buffer(f, weight, index_fn))
         except ValueError as err:
             raise ScheduleError(f"pack: {err}") from err
-        self.plan = self.plan.with_pack(weight, axis, tile)
-        self._record("pack", weight=weight, axis=axis, tile=tile)
+        self.plan = self.plan.with_pack(weight, axis, tile, groups, shape[axis])
+        self._record("pack", weight=weight, axis=axis, tile=tile, groups=groups)
         return self
 
     def dense_index(self, tensor: str):

@@ -26,36 +26,41 @@ class LoopPrimitives:
 
     def tile_gemm(self, block: str, node_tile: int = 3, column_tile: int = 64, lanes: int = 16,
                   k_unroll: int = 8):
-        """Register-tile a per-node matrix-vector block as a GEMM micro-kernel.
+        """Register-tile a per-node matrix-vector block as a GEMM micro-kernel, epilogue included.
 
-        The block `out[j, r] += A[j, k] * B[r, k]` over the level's nodes j
-        gets loops (r_tile, j_tile, k..., j in node_tile, r in column_tile)
-        with the last `lanes` columns vectorized and the node and column tiles
-        unrolled: node_tile x column_tile accumulators stay in registers for
-        the whole reduction.  The one elementwise consumer of the block (a
-        bias add) is computed inside the same tile.  The reduction's init is
+        The block `out[j, ..., r] += A[j, k] * B[..., r, k]` over the level's
+        nodes j gets loops (r_tile, j_tile, k..., j in node_tile, middle axes,
+        r in column_tile), the last `lanes` columns vectorized and the rest of
+        the tile unrolled: node_tile x middle x column_tile accumulators stay
+        in registers for the whole reduction.  Axes between the node and the
+        last one (an LSTM's gate axis) are computed whole inside each tile.
+        Then its consumers (bias add, then the state updates) are computed in
+        the same tile, as far as each one's inputs are all produced there:
+        the epilogue runs from the accumulators.  The reduction's init is
         split off when the schedule is built.
 
-        Requires: a reduction block with loops (node, column, reduce...);
-        column extent divisible by column_tile, column_tile by lanes.
-        Levels padded with pad_levels(node_tile) avoid bounds checks.
+        Requires: a reduction block with loops (node, spatial..., reduce...),
+        not transformed yet; last spatial extent divisible by column_tile,
+        column_tile by lanes.  pad_levels(node_tile) avoids bounds checks.
 
         Examples
         --------
-        Before::
+        Before (TreeLSTM, gates[n, g, i] for 5 gates x 256 units)::
 
-            for j, r, k in T.grid(n, 1280, 512): gates_sum[j, r] += U[r // 64, k, r % 64] * x[j, k]
+            for j, g, i, c, k in T.grid(n, 5, 256, 2, 256): gates_sum[j, g, i] += U[...] * h[children[..., c], k]
+            for j, g, i in T.grid(n, 5, 256): gates[j, g, i] = gates_sum[j, g, i] + bU[g * 256 + i]
+            for j, i in T.grid(n, 256): c[...] = ...        # then h[...] = ...
 
-        ``rs.tile_gemm("gates_sum", node_tile=3, column_tile=64)``; after::
+        ``rs.tile_gemm("gates_sum", node_tile=3, column_tile=16)``; after::
 
-            for r_0 in range(20):
-              for j_0 in range(n // 3):
-                for k_0 in range(64):
-                  for k_1 in T.unroll(8):
-                    for j_1 in T.unroll(3):
-                      for r_1_0 in T.unroll(4):
-                        for r_1_1 in T.vectorized(16): gates_sum[...] += ...
-                for ax0, ax1 in T.grid(3, 64): gates[...] = gates_sum[...] + bU[...]   # consumer
+            for i_0 in range(16):                        # column tiles
+              for j_0 in range(n // 3):                  # node tiles
+                for c, k_0 in T.grid(2, 32):
+                  for k_1, j_1, g, i_1 in T.grid(8, 3, 5, 1):     # unrolled; 15 accumulators
+                    for i_2 in T.vectorized(16): gates_sum[...] += ...
+                for ax0, ax1, ax2 in T.grid(3, 5, 16): gates[...] = ...        # epilogue in the tile
+                for ax0, ax1 in T.grid(3, 16): c[...] = ...
+                for ax0, ax1 in T.grid(3, 16): h[...] = ...
         """
         for name, v in (("node_tile", node_tile), ("column_tile", column_tile), ("lanes", lanes),
                         ("k_unroll", k_unroll)):
@@ -64,15 +69,14 @@ class LoopPrimitives:
         b, loops, kinds = self._block_loops(block)
         spatial = [l for l, k in zip(loops, kinds) if k == _SPATIAL]
         reduce = [l for l, k in zip(loops, kinds) if k == _REDUCE]
-        if len(spatial) != 2 or not reduce or kinds[:2] != [_SPATIAL, _SPATIAL]:
-            raise ScheduleError(f"tile_gemm: {block!r} is not a (node, column, reduce...) reduction block")
-        node, column = spatial
-        columns = self.sch.get(column).extent
+        if len(spatial) < 2 or not reduce or kinds != sorted(kinds):
+            raise ScheduleError(f"tile_gemm: {block!r} is not a (node, spatial..., reduce...) reduction block")
+        node, middle, column = spatial[0], spatial[1:-1], spatial[-1]
+        sch = self.sch
+        columns = sch.get(column).extent
         if not isinstance(columns, tvm.tirx.IntImm) or columns.value % column_tile or column_tile % lanes:
             raise ScheduleError(f"tile_gemm: column_tile {column_tile} must divide the {columns} columns "
                                 f"of {block!r} and be a multiple of lanes {lanes}")
-        consumers = [self.sch.get(c).name_hint for c in self.sch.get_consumers(b)]
-        sch = self.sch
         node_outer, node_inner = sch.split(node, [None, node_tile])
         col_outer, col_inner = sch.split(column, [None, column_tile])
         col_unrolled, col_lanes = sch.split(col_inner, [None, lanes])
@@ -84,21 +88,41 @@ class LoopPrimitives:
             sch.unroll(k_inner)
         else:
             reduce_loops = reduce
-        sch.reorder(col_outer, node_outer, *reduce_loops, node_inner, col_unrolled, col_lanes)
+        sch.reorder(col_outer, node_outer, *reduce_loops, node_inner, *middle, col_unrolled, col_lanes)
         sch.vectorize(col_lanes)
-        sch.unroll(col_unrolled)
-        sch.unroll(node_inner)
-        if len(consumers) == 1 and self._is_elementwise_over(consumers[0], 2):
-            consumer = sch.get_sblock(consumers[0])
-            sch.reverse_compute_at(consumer, node_outer)
-            inner = sch.get_loops(consumer)[-1]
-            if column_tile % lanes == 0:
-                _, vec = sch.split(inner, [None, lanes])
-                sch.vectorize(vec)
+        for loop in (col_unrolled, node_inner, *middle):
+            sch.unroll(loop)
+        self._fuse_consumers(block, node_outer, lanes)
         self._pending_decompose.append((block, 2))     # reduction init goes above the first k loop
         self._record("tile_gemm", block=block, node_tile=node_tile, column_tile=column_tile, lanes=lanes,
                      k_unroll=k_unroll)
         return self
+
+    def _fuse_consumers(self, block, loop, lanes):
+        """Move the block's consumers, transitively, under `loop` while all their producers are there."""
+        sch = self.sch
+        placed = {block}
+        progress = True
+        while progress:
+            progress = False
+            for name in self.block_names():
+                if name in placed:
+                    continue
+                b = sch.get_sblock(name)
+                producers = {sch.get(p).name_hint for p in sch.get_producers(b)}
+                if not producers or not producers <= placed:
+                    continue
+                try:
+                    sch.reverse_compute_at(b, loop)
+                except (tvm.s_tir.ScheduleError, ValueError):   # region solver failures are ValueErrors
+                    continue
+                placed.add(name)
+                progress = True
+                inner = sch.get_loops(b)[-1]
+                extent = sch.get(inner).extent
+                if isinstance(extent, tvm.tirx.IntImm) and extent.value % lanes == 0:
+                    _, vec = sch.split(inner, [None, lanes])
+                    sch.vectorize(vec)
 
     def _is_elementwise_over(self, block, rank):
         kinds = self._block_loops(block, untransformed=False)[2]
