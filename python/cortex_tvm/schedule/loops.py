@@ -92,14 +92,24 @@ class LoopPrimitives:
         sch.vectorize(col_lanes)
         for loop in (col_unrolled, node_inner, *middle):
             sch.unroll(loop)
-        self._fuse_consumers(block, node_outer, lanes)
+        self._fuse_consumers(block, node_tile, column_tile, lanes)
         self._pending_decompose.append((block, 2))     # reduction init goes above the first k loop
         self._record("tile_gemm", block=block, node_tile=node_tile, column_tile=column_tile, lanes=lanes,
                      k_unroll=k_unroll)
         return self
 
-    def _fuse_consumers(self, block, loop, lanes):
-        """Move the block's consumers, transitively, under `loop` while all their producers are there."""
+    def _fuse_consumers(self, block, node_tile, column_tile, lanes):
+        """Compute the block's consumers, transitively, inside its (column tile, node tile) loops.
+
+        A consumer goes in by reverse_compute_at when TVM can derive its
+        iterations from the tile's region; an elementwise (node, column)
+        consumer that reads the tile at constant middle indices (an LSTM
+        epilogue reading gates[n, 3, i]), which TVM's region solver rejects,
+        gets the same (column tile, node tile) loops by split and reorder and
+        is merged into the tile's loops: correct because it reads only the
+        tile's own columns and nodes.  Stops at the first consumer that fits
+        neither way.
+        """
         sch = self.sch
         placed = {block}
         progress = True
@@ -112,17 +122,83 @@ class LoopPrimitives:
                 producers = {sch.get(p).name_hint for p in sch.get_producers(b)}
                 if not producers or not producers <= placed:
                     continue
-                try:
-                    sch.reverse_compute_at(b, loop)
-                except (tvm.s_tir.ScheduleError, ValueError):   # region solver failures are ValueErrors
-                    continue
+                if not (self._reverse_compute_at_tile(block, b, lanes)
+                        or self._merge_into_tile(block, b, node_tile, column_tile, lanes)):
+                    return
                 placed.add(name)
                 progress = True
-                inner = sch.get_loops(b)[-1]
-                extent = sch.get(inner).extent
-                if isinstance(extent, tvm.tirx.IntImm) and extent.value % lanes == 0:
-                    _, vec = sch.split(inner, [None, lanes])
-                    sch.vectorize(vec)
+
+    def _reverse_compute_at_tile(self, block, consumer, lanes):
+        sch = self.sch
+        try:
+            sch.reverse_compute_at(consumer, sch.get_loops(sch.get_sblock(block))[1])
+        except (tvm.s_tir.ScheduleError, ValueError):   # region solver failures are ValueErrors
+            return False
+        self._vectorize_innermost(consumer, lanes)
+        return True
+
+    def _merge_into_tile(self, block, consumer, node_tile, column_tile, lanes):
+        sch = self.sch
+        gemm = sch.get_sblock(block)
+        kinds = [iv.iter_type for iv in sch.get(consumer).iter_vars]
+        loops = sch.get_loops(consumer)
+        if kinds != [_SPATIAL, _SPATIAL] or len(loops) != 2:
+            return False
+        columns = sch.get(loops[1]).extent
+        if not isinstance(columns, tvm.tirx.IntImm) or columns.value % column_tile:
+            return False
+        if not self._reads_tile_columns_only(consumer, placed_buffers=self._written_by(block, consumer)):
+            return False
+        node_outer, node_inner = sch.split(loops[0], [None, node_tile])
+        col_outer, col_inner = sch.split(loops[1], [None, column_tile])
+        sch.reorder(col_outer, node_outer, node_inner, col_inner)
+        try:
+            sch.merge(sch.get_loops(gemm)[0], col_outer)
+            sch.merge(sch.get_loops(gemm)[1], sch.get_loops(consumer)[1])
+        except (tvm.s_tir.ScheduleError, ValueError):
+            return False
+        self._vectorize_innermost(consumer, lanes)
+        return True
+
+    def _written_by(self, block, consumer):
+        """Buffers written by the tiled block and by blocks already placed in its tile."""
+        sch = self.sch
+        loop = sch.get_loops(sch.get_sblock(block))[1]
+        names = set()
+        import tvm_ffi
+        tvm_ffi.structural_walk(sch.get(loop), (tvm.s_tir.stmt.SBlock,
+                                                lambda b: names.update(w.source.name for w in b.writes)))
+        return names
+
+    def _reads_tile_columns_only(self, consumer, placed_buffers):
+        """Every read of a tile buffer is [node, constants..., column] at the consumer's own
+        node and column: then the consumer needs exactly its tile's values."""
+        block = self.sch.get(consumer)
+        node_var, column_var = (iv.var for iv in block.iter_vars)
+        ok = [True]
+
+        def is_node(e):
+            if isinstance(e, tvm.ir.prim.expr.Add) and getattr(e.a, "source", None) is not None:
+                e = e.b                           # level_offsets[l] + j (not dense_index'ed)
+            return e.same_as(node_var)
+
+        def on_load(ld):
+            if ld.source.name in placed_buffers:
+                idx = list(ld.indices)
+                if not (is_node(idx[0]) and idx[-1].same_as(column_var)
+                        and all(isinstance(x, tvm.tirx.IntImm) for x in idx[1:-1])):
+                    ok[0] = False
+        import tvm_ffi
+        tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, on_load))
+        return ok[0]
+
+    def _vectorize_innermost(self, block, lanes):
+        sch = self.sch
+        inner = sch.get_loops(block)[-1]
+        extent = sch.get(inner).extent
+        if isinstance(extent, tvm.tirx.IntImm) and extent.value % lanes == 0:
+            _, vec = sch.split(inner, [None, lanes])
+            sch.vectorize(vec)
 
     def _is_elementwise_over(self, block, rank):
         kinds = self._block_loops(block, untransformed=False)[2]
