@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 
 import tvm
 import tvm_ffi
@@ -57,14 +58,21 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
 def schedule_model(model, target, schedule=None):
     """model -> lowered -> RecSchedule with the recipe applied and finalized."""
     from . import recipes
-    from .schedule import RecSchedule
+    from .schedule import RecSchedule, ScheduleError
 
     def fresh():
         return RecSchedule(model.lower(specialize_leaves=False))
 
     recipe = recipes.resolve(model, target, schedule)
     if recipe.knobs:
-        recipe = recipe.fitted(fresh)
+        try:
+            recipe = recipe.fitted(fresh)
+        except ScheduleError as err:
+            if schedule is not None:
+                raise
+            # the model's default recipe does not fit these sizes: the generic one always does
+            warnings.warn(f"{err}; using the generic 'auto' schedule", stacklevel=3)
+            recipe = recipes.resolve(model, target, "auto")
     rs = fresh()
     recipe.apply(rs)
     return rs.finalize(), recipe
@@ -77,7 +85,8 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None):
 
     tgt = make_target(target)
     if tuning_log is not None:
-        raise NotImplementedError("tuning logs arrive with cortex_tvm.tune")
+        from .tune.apply import resolve_recipe
+        schedule = resolve_recipe(model, tuning_log, tgt, schedule)
     rs, recipe = schedule_model(model, tgt, schedule)
     tables = hoisted_tables(model, rs, recipe, tgt) if rs.plan.hoisted else {}
     mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod

@@ -9,7 +9,10 @@ stays zero: missing children and padding rows point at it.
 The work is split in two so that the per-batch cost stays tiny:
 
 (a) ``_flatten`` turns one tree into post-order numpy arrays with an iterative
-    traversal (which also rejects cycles and shared subtrees).  The result is
+    traversal (which also rejects cycles and shared subtrees).  With
+    ``allow_shared=True`` (DAGs) ``_flatten_dag`` is used instead: a node
+    reachable from several parents gets one slot, computed once, which
+    appears as the child of each parent; cycles are still rejected.  The result is
     cached on the root node and reused while ``data.current_epoch()`` is
     unchanged, i.e. while no tree anywhere has been edited.
 (b) ``linearize`` concatenates those arrays for the batch and does the level
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data import Node, _is_int, current_epoch
+from .data import Node, _is_int, current_epoch, dag_postorder
 
 __all__ = ["NULL_SLOT", "Linearized", "linearize"]
 
@@ -87,6 +90,7 @@ class _Flat:
     max_word: int
     heights: np.ndarray   # (n,) uint16, or int32 for trees 65536+ levels high
     table: np.ndarray     # int32 (2 + width, n), width >= max_children
+    shared: bool = False  # a node is the child of several parents (only from _flatten_dag)
 
 
 def _repeat_error(root: Node, tree_index: int) -> ValueError:
@@ -184,11 +188,61 @@ def _flatten(root: Node, tree_index: int, epoch: int) -> _Flat:
                  table=np.array([words, num_children] + relative, dtype=np.int32).reshape(-1, n))
 
 
-def _flat_for(tree: Node, tree_index: int, epoch: int, width: int) -> _Flat:
-    """The cached (or fresh) flat form of ``tree`` with exactly ``width`` child rows."""
+def _flatten_dag(root: Node, tree_index: int, epoch: int) -> _Flat:
+    """The flat form of a DAG: each distinct node once (see ``data.dag_postorder``)."""
+    try:
+        order = dag_postorder(root)
+    except ValueError as err:
+        raise ValueError(f"tree {tree_index}: {err}") from None
+    except AttributeError:
+        raise TypeError(f"tree {tree_index} contains a child that is not a Node") from None
+    n = len(order)
+    position = {id(node): p for p, node in enumerate(order)}
+    words = [0] * n
+    num_children = [0] * n
+    heights = [0] * n
+    relative = []
+    edges = 0
+    for p, node in enumerate(order):
+        children = node._children
+        if children is None:
+            words[p] = node._word
+            continue
+        k = len(children)
+        if k == 0:
+            raise ValueError(f"tree {tree_index}: {node!r} has an empty children list")
+        while len(relative) < k:
+            relative.append([_NO_CHILD] * n)
+        num_children[p] = k
+        edges += k
+        height = 0
+        for j, child in enumerate(children):
+            c = position[id(child)]
+            relative[j][p] = c - p
+            if heights[c] > height:
+                height = heights[c]
+        heights[p] = height + 1
+    height_dtype = np.uint16 if max(heights) < 1 << 16 else np.int32
+    min_word, max_word = min(words), max(words)
+    if min_word < -(1 << 31) or max_word >= 1 << 31:
+        words = [min(max(w, -1), (1 << 31) - 1) for w in words]
+    return _Flat(epoch=epoch, max_children=len(relative), min_word=min_word, max_word=max_word,
+                 heights=np.array(heights, dtype=height_dtype),
+                 table=np.array([words, num_children] + relative, dtype=np.int32).reshape(-1, n),
+                 shared=edges != n - 1)
+
+
+def _flat_for(tree: Node, tree_index: int, epoch: int, width: int,
+              allow_shared: bool = False) -> _Flat:
+    """The cached (or fresh) flat form of ``tree`` with exactly ``width`` child rows.
+
+    A tree's flat form is the same either way, so the cache serves both
+    modes; only a DAG's (``shared``) is redone, and rejected, in tree mode.
+    """
     flat = tree._flat
-    if flat is None or flat.epoch != epoch:
-        flat = tree._flat = _flatten(tree, tree_index, epoch)
+    if flat is None or flat.epoch != epoch or (flat.shared and not allow_shared):
+        flatten = _flatten_dag if allow_shared else _flatten
+        flat = tree._flat = flatten(tree, tree_index, epoch)
     if flat.max_children > width:
         raise ValueError(f"tree {tree_index}: a node has {flat.max_children} children, "
                          f"more than max_children={width}")
@@ -198,7 +252,7 @@ def _flat_for(tree: Node, tree_index: int, epoch: int, width: int) -> _Flat:
         used = 2 + flat.max_children
         table[:used] = flat.table[:used]
         flat = tree._flat = _Flat(flat.epoch, flat.max_children, flat.min_word,
-                                  flat.max_word, flat.heights, table)
+                                  flat.max_word, flat.heights, table, flat.shared)
     return flat
 
 
@@ -244,7 +298,7 @@ def _one_node_per_level(heights: np.ndarray) -> np.ndarray:
 
 
 def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
-              batching: bool = True) -> Linearized:
+              batching: bool = True, allow_shared: bool = False) -> Linearized:
     """Lay out a batch of trees in level order; see :class:`Linearized`.
 
     Within a level, nodes keep batch order and then post-order; each level's
@@ -253,6 +307,13 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
     batching; leaves still form level 0).  Raises
     ValueError/TypeError, naming the tree index, for empty batches, non-Nodes,
     cycles, shared subtrees, too many children and out-of-vocabulary words.
+
+    ``allow_shared=True`` accepts DAGs: each "tree" is a sink node, and a node
+    reachable through several parents is laid out once (one slot, listed as
+    the child of each parent, so its states are computed once); cycles still
+    raise ValueError.  ``tree_sizes``/``node_slots`` then count distinct nodes,
+    in ``data.dag_postorder`` order.  Nodes shared *between* batch entries are
+    laid out once per entry.
     """
     _check_args(trees, max_children, pad, vocab_size)
     epoch = current_epoch()
@@ -261,7 +322,7 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
     for i, tree in enumerate(trees):
         if not isinstance(tree, Node):
             raise TypeError(f"tree {i} is a {type(tree).__name__}, not a Node")
-        flat = _flat_for(tree, i, epoch, max_children)
+        flat = _flat_for(tree, i, epoch, max_children, allow_shared)
         if flat.min_word < 0:
             raise ValueError(f"tree {i}: word id {flat.min_word} is outside the vocabulary "
                              "(word ids must be >= 0)")

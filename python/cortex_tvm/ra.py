@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from tvm import te, tirx
 
 __all__ = [
-    "Tree", "node", "node_input", "weight", "rec_placeholder", "compute", "reduce_axis",
+    "Tree", "DAG", "node", "node_input", "weight", "rec_placeholder", "compute", "reduce_axis",
     "sum", "child", "num_children", "is_leaf", "rec_compute", "sigmoid", "tanh", "exp",
     "if_then_else", "RecProgram", "NodeInput", "Weight", "RecState", "Compute",
 ]
@@ -49,6 +49,14 @@ class Tree:
     def __post_init__(self):
         if not isinstance(self.max_children, int) or self.max_children < 1:
             raise ValueError(f"Tree(max_children=...) must be a positive int, got {self.max_children!r}")
+
+
+@dataclass(frozen=True)
+class DAG(Tree):
+    """A DAG whose nodes have at most `max_children` children (predecessors); a node
+    shared by several parents is computed once."""
+
+    kind: str = "dag"
 
 
 # ----------------------------------------------------------------------------- lowering context

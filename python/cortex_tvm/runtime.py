@@ -42,6 +42,7 @@ class CompiledModel:
         self.lowered, self.executable, self.target, self.plan = lowered, executable, target, plan
         self.recipe_name = recipe_name
         self._max_children = lowered.program.spec.max_children
+        self._shared_nodes = lowered.program.spec.kind == "dag"     # DAG: a shared node gets one slot
         self._vocab_bound = model.vocab_bound
         self._states = lowered.program.states
         self._weights = weights
@@ -54,7 +55,8 @@ class CompiledModel:
     def linearize(self, trees) -> _linearize.Linearized:
         """Validate and lay out a batch the way this kernel expects (padding, batching)."""
         return _linearize.linearize(trees, self._max_children, pad=self.plan.node_tile,
-                                    vocab_size=self._vocab_bound, batching=self.plan.dynamic_batching)
+                                    vocab_size=self._vocab_bound, batching=self.plan.dynamic_batching,
+                                    allow_shared=self._shared_nodes)
 
     def _state_buffers(self, num_slots):
         ws = self._workspace
@@ -69,6 +71,8 @@ class CompiledModel:
 
         The state buffers belong to this thread's workspace: copy what you keep.
         """
+        if self.target.kind.name == "cuda":
+            return self._run_cuda(lin)
         states = self._state_buffers(lin.num_slots)
         first = self._states[0]
         out = np.empty((len(lin.roots),) + first.shape, first.dtype)
@@ -85,6 +89,39 @@ class CompiledModel:
         else:
             self._main(*args)
         return out, states
+
+    def _run_cuda(self, lin: _linearize.Linearized):
+        """run() on a CUDA device: arrays are copied in, the kernels launched, results copied back."""
+        import tvm
+        device = tvm.cuda(0)
+        if not device.exist:
+            raise RuntimeError("no CUDA device: this model was compiled for target 'cuda' but no GPU is "
+                               "visible to TVM (tvm.cuda(0).exist is False); compiled.inspect_source() "
+                               "shows the generated CUDA code")
+
+        def put(array):
+            return tvm.runtime.tensor(np.ascontiguousarray(array), device=device)
+
+        if getattr(self, "_cuda_weights", None) is None:
+            self._cuda_weights = [put(w) for w in self._weights]      # uploaded once
+        states = [put(np.zeros((lin.num_slots,) + s.shape, s.dtype)) for s in self._states]
+        first = self._states[0]
+        out = put(np.empty((len(lin.roots),) + first.shape, first.dtype))
+        args = [put(lin.words) for _ in self.lowered.node_inputs]
+        args.append(put(lin.children))
+        if self.lowered.uses_num_children:
+            args.append(put(lin.num_children))
+        args += [put(lin.level_offsets), put(lin.roots), int(lin.max_level_size), *self._cuda_weights,
+                 *states, out]
+        if self.plan.per_level:
+            self._leaves(*args)
+            for level in range(self.lowered.first_level, lin.num_levels):
+                self._level(*args, level)
+            self._roots(*args)
+        else:
+            self._main(*args)
+        device.sync()
+        return out.numpy(), [s.numpy() for s in states]
 
     def __call__(self, trees, all_nodes: bool = False):
         """Root state of each tree, (B, *state shape); with all_nodes=True, a list with each

@@ -27,6 +27,11 @@ __all__ = [
     "sst_sample",
     "random_trees",
     "chain_tree",
+    "dag_postorder",
+    "sequence",
+    "sequences",
+    "sequence_positions",
+    "grid_dag",
 ]
 
 # Incremented by every mutation of any Node (creating Nodes does not count).
@@ -396,3 +401,117 @@ def chain_tree(depth: int, seed: int = 0, vocab_size: int = 100) -> Node:
     for w in words[1:]:
         tree = Node(children=[tree, Node(word=int(w))])
     return tree
+
+
+# ----------------------------------------------------------------------------
+# DAGs and sequences (used by DAGRNN, SeqLSTM, SeqGRU)
+# ----------------------------------------------------------------------------
+#
+# Convention for models whose every node has an input (sequences, DAG-RNN):
+# a Node holds a word XOR children, so an element with predecessors reads its
+# input through an *input carrier*: its child 0 is a leaf ``Node(word=w)``
+# and children 1.. are its predecessors.  An element without predecessors is
+# itself the leaf ``Node(word=w)``.  Models read ``word[child(n, 0)]`` at
+# internal nodes and ``word[n]`` at leaves.
+
+def dag_postorder(root: Node) -> list:
+    """The distinct nodes reachable from ``root``, each once, children before parents.
+
+    Like :func:`postorder` (the same order for a tree), but a node shared by
+    several parents (a DAG) is listed once, at its first visit.  Raises
+    ValueError for a cycle.  Iterative: deep chains are fine.
+    """
+    if not isinstance(root, Node):
+        raise TypeError(f"dag_postorder expects a Node, got {type(root).__name__}")
+    order, done, on_path = [], set(), {id(root)}
+    stack = [(root, 0)]
+    while stack:
+        node, k = stack[-1]
+        children = node._children
+        if children is not None and k < len(children):
+            stack[-1] = (node, k + 1)
+            child = children[k]
+            key = id(child)
+            if key in done:
+                continue
+            if key in on_path:
+                raise ValueError(f"{child!r} is its own descendant (a cycle): "
+                                 "a DAG must have no cycles")
+            on_path.add(key)
+            stack.append((child, 0))
+        else:
+            stack.pop()
+            on_path.discard(id(node))
+            done.add(id(node))
+            order.append(node)
+    return order
+
+
+def _check_words(name, words) -> list:
+    words = list(words)
+    if not words:
+        raise ValueError(f"{name}: a sequence needs at least one word")
+    for w in words:
+        if not _is_int(w):
+            raise TypeError(f"{name}: word ids must be ints, got {type(w).__name__}")
+    return [int(w) for w in words]
+
+
+def sequence(words) -> Node:
+    """A sequence x_1..x_T as a chain: returns the node of the last element.
+
+    Element 1 is ``Node(word=x_1)``; element t > 1 is
+    ``Node(children=[Node(word=x_t), element t-1])`` (child 0 carries the
+    input, child 1 is the predecessor), so element t sits at level t - 1 and
+    a batch of sequences of different lengths is batched by position.
+    Built iteratively (any length).  Use ``max_children=2``.
+    """
+    words = _check_words("sequence", words)
+    node = Node(word=words[0])
+    for w in words[1:]:
+        node = Node(children=[Node(word=w), node])
+    return node
+
+
+def sequences(batch) -> list:
+    """:func:`sequence` for each word list of ``batch`` (lengths may differ)."""
+    return [sequence(words) for words in batch]
+
+
+def sequence_positions(length: int) -> np.ndarray:
+    """Indices of the elements 1..T in ``postorder`` of a :func:`sequence` of ``length``
+    words, for ``compiled(seqs, all_nodes=True)``: the postorder lists the input
+    carriers of elements T..2 first, then elements 1..T."""
+    length = _check_positive_int("length", length, 1)
+    return np.arange(length - 1, 2 * length - 1, dtype=np.int64)
+
+
+def grid_dag(rows: int, cols: int, words=None, seed: int = 0, vocab_size: int = 100,
+             return_nodes: bool = False):
+    """A 2-D image-grid DAG: node (i, j) has predecessors (i-1, j) and (i, j-1).
+
+    Node (0, 0) is the leaf ``Node(word=w)``; every other node is
+    ``Node(children=[Node(word=w), up, left])`` (the predecessors that
+    exist, up first; child 0 carries the node's input), so interior nodes are
+    shared by two parents.  Use ``max_children=3``.  ``words`` is an int
+    (rows, cols) array, random in [0, vocab_size) when None.  Returns the
+    sink (rows-1, cols-1), or ``(sink, nodes)`` with ``nodes[i][j]`` the grid
+    node when ``return_nodes``.
+    """
+    rows = _check_positive_int("rows", rows, 1)
+    cols = _check_positive_int("cols", cols, 1)
+    if words is None:
+        vocab_size = _check_positive_int("vocab_size", vocab_size, 1)
+        words = np.random.default_rng(seed).integers(0, vocab_size, (rows, cols))
+    words = np.asarray(words)
+    if words.shape != (rows, cols) or not np.issubdtype(words.dtype, np.integer):
+        raise ValueError(f"grid_dag: words must be an int array of shape ({rows}, {cols}), "
+                         f"got {words.dtype} {words.shape}")
+    nodes = [[None] * cols for _ in range(rows)]
+    for i in range(rows):
+        for j in range(cols):
+            w = int(words[i, j])
+            preds = ([nodes[i - 1][j]] if i else []) + ([nodes[i][j - 1]] if j else [])
+            nodes[i][j] = Node(children=[Node(word=w)] + preds) if preds else Node(word=w)
+    sink = nodes[rows - 1][cols - 1]
+    return (sink, nodes) if return_nodes else sink

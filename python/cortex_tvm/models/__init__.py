@@ -1,6 +1,13 @@
 """The model zoo: each model is a short RA program plus its weight layout."""
 from .base import Model
+from .child_sum_tree_lstm import ChildSumTreeLSTM
+from .dag_rnn import DAGRNN
+from .mv_rnn import MVRNN
+from .seq_rnn import SeqGRU, SeqLSTM
+from ..ra import DAG
 from .tree_fc import TreeFC
+from .tree_gru import TreeGRU
 from .tree_lstm import TreeLSTM
 
-__all__ = ["Model", "TreeFC", "TreeLSTM"]
+__all__ = ["Model", "TreeFC", "TreeLSTM", "TreeGRU", "ChildSumTreeLSTM", "MVRNN", "DAGRNN",
+           "SeqLSTM", "SeqGRU", "DAG"]

@@ -126,8 +126,11 @@ class Model:
         from ..build import compile_model
         return compile_model(self, target=target, schedule=schedule, tuning_log=tuning_log)
 
+    def as_relax(self, target="llvm"): from ..relax import as_relax; return as_relax(self, target)  # noqa: E704,E702
+
     def linearize(self, trees, pad=1) -> _linearize.Linearized:
-        return _linearize.linearize(trees, self.max_children, pad=pad, vocab_size=self.vocab_bound)
+        return _linearize.linearize(trees, self.max_children, pad=pad, vocab_size=self.vocab_bound,
+                                    allow_shared=self.program.spec.kind == "dag")
 
     def reference(self, trees) -> np.ndarray:
         """Root states from the numpy level-batched executor (the demo's baseline)."""

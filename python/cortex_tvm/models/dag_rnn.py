@@ -1,0 +1,74 @@
+"""DAG-RNN (Shuai et al. 2015 style): an RNN over a DAG such as an image grid."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ra
+from .base import Model
+from .structures import count_leaves_internal
+from .tree_fc import _check_sizes
+
+
+class DAGRNN(Model):
+    """h_n = tanh(Wx x_n + U sum_{p in preds(n)} h_p + b); returns the sink's h.
+
+    Weights (float32, nn.Linear convention y = W x + b), E = embed size (H unless given):
+    `emb (V, E)` input features, `Wx (H, E)`, `b (H,)`, `U (H, H)` (no bias).
+
+    Structures are DAGs (`data.grid_dag`): a node with predecessors is
+    `Node(children=[Node(word=x), *preds])` (child 0 carries its input x =
+    emb[word], at most `max_predecessors` preds), a node without predecessors
+    is the leaf `Node(word=x)`, h = tanh(Wx x + b).  A node with several
+    successors is computed once (`linearize(..., allow_shared=True)`).
+    Carrier leaves compute tanh(Wx x + b) too; `all_nodes=True` lists them
+    with the DAG nodes in `data.dag_postorder` order.
+    PyTorch names (`aliases`): emb.weight, Wx.weight, Wx.bias, U.weight.
+    """
+
+    aliases = {"emb.weight": "emb", "Wx.weight": "Wx", "Wx.bias": "b", "U.weight": "U"}
+
+    def __init__(self, hidden_size: int, vocab_size: int, max_predecessors: int = 2,
+                 embed_size: int | None = None, seed: int = 0):
+        embed_size = hidden_size if embed_size is None else embed_size
+        _check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size,
+                     max_predecessors=max_predecessors)
+        self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
+        self.max_predecessors = int(max_predecessors)
+        super().__init__(seed)
+
+    def weight_shapes(self):
+        H, V, E = self.hidden_size, self.vocab_size, self.embed_size
+        return {"emb": (V, E), "Wx": (H, E), "b": (H,), "U": (H, H)}
+
+    def build_program(self):
+        H, V, E, P = self.hidden_size, self.vocab_size, self.embed_size, self.max_predecessors
+        dag, n, child = ra.DAG(max_children=P + 1), ra.node(), ra.child
+        word = ra.node_input("word", bound=V)
+        emb, Wx, b, U = ra.weight("emb", (V, E)), ra.weight("Wx", (H, E)), ra.weight("b", (H,)), ra.weight("U", (H, H))
+        h = ra.rec_placeholder("h", (H,))
+
+        e = ra.reduce_axis(E, "e")
+        leaf_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, e] * emb[word[n], e], e) + b[i]), name="leaf_h")
+        j = ra.reduce_axis(P, "j")
+        pred_sum = ra.compute((H,), lambda k: ra.sum(h[child(n, j + 1), k], j), name="pred_sum")
+        e2, k = ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
+        internal_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, e2] * emb[word[child(n, 0)], e2], e2)
+                                                        + ra.sum(U[i, k] * pred_sum[k], k) + b[i]),
+                                name="internal_h")
+        return ra.rec_compute(dag, {h: (leaf_h, internal_h)})
+
+    def numpy_forward(self, lin):
+        w, H = self.weights, self.hidden_size
+        h = np.zeros((lin.num_slots, H), np.float32)
+        lo = lin.level_offsets
+        h[lo[0]:lo[1]] = np.tanh(w["emb"][lin.words[lo[0]:lo[1]]] @ w["Wx"].T + w["b"])
+        for start, end in zip(lo[1:-1], lo[2:]):
+            kids = lin.children[start:end]
+            x = w["emb"][lin.words[kids[:, 0]]]
+            h[start:end] = np.tanh(x @ w["Wx"].T + h[kids[:, 1:]].sum(1) @ w["U"].T + w["b"])
+        return [h]
+
+    def flops(self, lin):
+        H, E = self.hidden_size, self.embed_size
+        leaves, internal = count_leaves_internal(lin)
+        return 2.0 * H * E * leaves + 2.0 * (H * E + H * H) * internal

@@ -1,0 +1,155 @@
+"""Sequence LSTM and GRU (PyTorch's nn.LSTM / nn.GRU cells) over chains.
+
+A sequence x_1..x_T is a degenerate tree (`data.sequence`): element 1 is the
+leaf `Node(word=x_1)`, element t > 1 is `Node(children=[Node(word=x_t),
+element t-1])`: child 0 carries the input, child 1 is the previous element.
+Levels are positions, so a batch of sequences of different lengths is
+computed position by position.  The leaf equations are the cell from a zero
+state; input carriers are leaves too (computed, not used by their parents,
+which read only their word).  The compiled model returns h of the last
+element of each sequence (PyTorch's h_n); `all_nodes=True` lists every
+node, `data.sequence_positions(T)` picks the elements out.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ra
+from .base import Model
+from .structures import count_leaves_internal, sigmoid
+from .tree_fc import _check_sizes
+
+
+def _rnn_aliases(module):
+    out = {"emb.weight": "emb"}
+    for ours, theirs in (("W_ih", "weight_ih_l0"), ("W_hh", "weight_hh_l0"),
+                         ("b_ih", "bias_ih_l0"), ("b_hh", "bias_hh_l0")):
+        out[theirs] = ours
+        out[f"{module}.{theirs}"] = ours
+    return out
+
+
+class _SeqModel(Model):
+    gates = 0
+
+    def __init__(self, hidden_size: int, vocab_size: int, embed_size: int | None = None, seed: int = 0):
+        embed_size = hidden_size if embed_size is None else embed_size
+        _check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size)
+        self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
+        super().__init__(seed)
+
+    def weight_shapes(self):
+        H, V, E, G = self.hidden_size, self.vocab_size, self.embed_size, self.gates
+        return {"emb": (V, E), "W_ih": (G * H, E), "W_hh": (G * H, H), "b_ih": (G * H,), "b_hh": (G * H,)}
+
+    def _inputs(self):
+        H, V, E, G = self.hidden_size, self.vocab_size, self.embed_size, self.gates
+        return (ra.node_input("word", bound=V), ra.weight("emb", (V, E)), ra.weight("W_ih", (G * H, E)),
+                ra.weight("W_hh", (G * H, H)), ra.weight("b_ih", (G * H,)), ra.weight("b_hh", (G * H,)))
+
+    def flops(self, lin):
+        H, E, G = self.hidden_size, self.embed_size, self.gates
+        leaves, internal = count_leaves_internal(lin)
+        return 2.0 * G * H * E * leaves + 2.0 * G * H * (E + H) * internal
+
+
+class SeqLSTM(_SeqModel):
+    """LSTM over sequences (see module doc); returns h_T.  Gates in PyTorch's order [i; f; g; o].
+
+    Weights (float32): `emb (V, E)`, `W_ih (4H, E)`, `W_hh (4H, H)`, `b_ih (4H,)`, `b_hh (4H,)`.
+    gates = W_ih x_t + b_ih + W_hh h_{t-1} + b_hh; c_t = s(f) c_{t-1} + s(i) tanh(g);
+    h_t = s(o) tanh(c_t); h_0 = c_0 = 0.
+    PyTorch names (`aliases`): emb.weight, lstm.weight_ih_l0 (or weight_ih_l0), ... .
+    """
+
+    gates = 4
+    aliases = _rnn_aliases("lstm")
+
+    def build_program(self):
+        H, E = self.hidden_size, self.embed_size
+        chain, n, s, tanh, child = ra.Tree(max_children=2), ra.node(), ra.sigmoid, ra.tanh, ra.child
+        word, emb, W_ih, W_hh, b_ih, b_hh = self._inputs()
+        h, c = ra.rec_placeholder("h", (H,)), ra.rec_placeholder("c", (H,))
+
+        e = ra.reduce_axis(E, "e")
+        lg = ra.compute((4 * H,), lambda r: ra.sum(W_ih[r, e] * emb[word[n], e], e) + b_ih[r] + b_hh[r],
+                        name="leaf_gates")
+        leaf_c = ra.compute((H,), lambda i: s(lg[i]) * tanh(lg[2 * H + i]), name="leaf_c")
+        leaf_h = ra.compute((H,), lambda i: s(lg[3 * H + i]) * tanh(leaf_c[i]), name="leaf_h")
+
+        e2, k = ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
+        # two computes, one reduction each (see the report on `auto` + two sums in one compute)
+        gi = ra.compute((4 * H,), lambda r: ra.sum(W_ih[r, e2] * emb[word[child(n, 0)], e2], e2) + b_ih[r],
+                        name="input_gates")
+        gh = ra.compute((4 * H,), lambda r: ra.sum(W_hh[r, k] * h[child(n, 1), k], k) + b_hh[r], name="hidden_gates")
+        internal_c = ra.compute((H,), lambda i: s(gi[H + i] + gh[H + i]) * c[child(n, 1), i]
+                                + s(gi[i] + gh[i]) * tanh(gi[2 * H + i] + gh[2 * H + i]), name="internal_c")
+        internal_h = ra.compute((H,), lambda i: s(gi[3 * H + i] + gh[3 * H + i]) * tanh(internal_c[i]),
+                                name="internal_h")
+        return ra.rec_compute(chain, {h: (leaf_h, internal_h), c: (leaf_c, internal_c)})
+
+    def numpy_forward(self, lin):
+        w, H = self.weights, self.hidden_size
+        h = np.zeros((lin.num_slots, H), np.float32)
+        c = np.zeros((lin.num_slots, H), np.float32)
+        lo = lin.level_offsets
+        bias = w["b_ih"] + w["b_hh"]
+        for start, end in zip(lo[:-1], lo[1:]):
+            if start == lo[0]:
+                words, hp, cp = lin.words[start:end], np.zeros((end - start, H), np.float32), 0.0
+            else:
+                kids = lin.children[start:end]
+                words, hp, cp = lin.words[kids[:, 0]], h[kids[:, 1]], c[kids[:, 1]]
+            g = w["emb"][words] @ w["W_ih"].T + hp @ w["W_hh"].T + bias
+            c[start:end] = sigmoid(g[:, H:2 * H]) * cp + sigmoid(g[:, :H]) * np.tanh(g[:, 2 * H:3 * H])
+            h[start:end] = sigmoid(g[:, 3 * H:]) * np.tanh(c[start:end])
+        return [h, c]
+
+
+class SeqGRU(_SeqModel):
+    """GRU over sequences (see module doc); returns h_T.  Gates in PyTorch's order [r; z; n].
+
+    Weights (float32): `emb (V, E)`, `W_ih (3H, E)`, `W_hh (3H, H)`, `b_ih (3H,)`, `b_hh (3H,)`.
+    gi = W_ih x_t + b_ih, gh = W_hh h_{t-1} + b_hh; r = s(gi_r + gh_r); z = s(gi_z + gh_z);
+    n = tanh(gi_n + r gh_n); h_t = (1 - z) n + z h_{t-1}; h_0 = 0.
+    PyTorch names (`aliases`): emb.weight, gru.weight_ih_l0 (or weight_ih_l0), ... .
+    """
+
+    gates = 3
+    aliases = _rnn_aliases("gru")
+
+    def build_program(self):
+        H, E = self.hidden_size, self.embed_size
+        chain, n, s, tanh, child = ra.Tree(max_children=2), ra.node(), ra.sigmoid, ra.tanh, ra.child
+        word, emb, W_ih, W_hh, b_ih, b_hh = self._inputs()
+        h = ra.rec_placeholder("h", (H,))
+
+        e = ra.reduce_axis(E, "e")
+        lgi = ra.compute((3 * H,), lambda r: ra.sum(W_ih[r, e] * emb[word[n], e], e) + b_ih[r], name="leaf_gates")
+        leaf_h = ra.compute((H,), lambda i: (1.0 - s(lgi[H + i] + b_hh[H + i]))
+                            * tanh(lgi[2 * H + i] + s(lgi[i] + b_hh[i]) * b_hh[2 * H + i]), name="leaf_h")
+
+        e2, k = ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
+        gi = ra.compute((3 * H,), lambda r: ra.sum(W_ih[r, e2] * emb[word[child(n, 0)], e2], e2) + b_ih[r],
+                        name="input_gates")
+        gh = ra.compute((3 * H,), lambda r: ra.sum(W_hh[r, k] * h[child(n, 1), k], k) + b_hh[r], name="hidden_gates")
+        internal_h = ra.compute(
+            (H,), lambda i: (1.0 - s(gi[H + i] + gh[H + i])) * tanh(gi[2 * H + i] + s(gi[i] + gh[i]) * gh[2 * H + i])
+            + s(gi[H + i] + gh[H + i]) * h[child(n, 1), i], name="internal_h")
+        return ra.rec_compute(chain, {h: (leaf_h, internal_h)})
+
+    def numpy_forward(self, lin):
+        w, H = self.weights, self.hidden_size
+        h = np.zeros((lin.num_slots, H), np.float32)
+        lo = lin.level_offsets
+        for start, end in zip(lo[:-1], lo[1:]):
+            if start == lo[0]:
+                words, hp = lin.words[start:end], np.zeros((end - start, H), np.float32)
+            else:
+                kids = lin.children[start:end]
+                words, hp = lin.words[kids[:, 0]], h[kids[:, 1]]
+            gi = w["emb"][words] @ w["W_ih"].T + w["b_ih"]
+            gh = hp @ w["W_hh"].T + w["b_hh"]
+            r, z = sigmoid(gi[:, :H] + gh[:, :H]), sigmoid(gi[:, H:2 * H] + gh[:, H:2 * H])
+            h[start:end] = (1 - z) * np.tanh(gi[:, 2 * H:] + r * gh[:, 2 * H:]) + z * hp
+        return [h]

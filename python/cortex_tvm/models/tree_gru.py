@@ -1,0 +1,83 @@
+"""Binary TreeGRU (an N-ary tree GRU with N = 2)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ra
+from .base import Model
+from .structures import count_leaves_internal, sigmoid
+from .tree_fc import _check_sizes
+
+
+class TreeGRU(Model):
+    """Binary TreeGRU; returns the root h.  s = sigmoid.
+
+    Weights (float32, nn.Linear convention y = W x + b), E = embed size (H unless given):
+    `emb (V, E)`; `W (2H, E)`, `bW (2H,)` with rows [z; u];
+    `U (3H, 2H)`, `bU (3H,)` with rows [z; r_l; r_r] applied to [h_l; h_r];
+    `Uh (H, 2H)`, `bUh (H,)` applied to [r_l * h_l; r_r * h_r].
+
+    Leaf (a GRU step from a zero state): x = emb[word]; z = s(W_z x + bW_z);
+    u = tanh(W_u x + bW_u); h = (1 - z) u.
+    Internal: z, r_l, r_r = s(U [h_l; h_r] + bU); u = tanh(Uh [r_l h_l; r_r h_r] + bUh);
+    h = z (h_l + h_r) + (1 - z) u.
+    PyTorch names (`aliases`): emb.weight, W.weight/bias, U.weight/bias, Uh.weight/bias.
+    """
+
+    aliases = {"emb.weight": "emb", "W.weight": "W", "W.bias": "bW", "U.weight": "U", "U.bias": "bU",
+               "Uh.weight": "Uh", "Uh.bias": "bUh"}
+
+    def __init__(self, hidden_size: int, vocab_size: int, embed_size: int | None = None, seed: int = 0):
+        embed_size = hidden_size if embed_size is None else embed_size
+        _check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size)
+        self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
+        super().__init__(seed)
+
+    def weight_shapes(self):
+        H, V, E = self.hidden_size, self.vocab_size, self.embed_size
+        return {"emb": (V, E), "W": (2 * H, E), "bW": (2 * H,), "U": (3 * H, 2 * H), "bU": (3 * H,),
+                "Uh": (H, 2 * H), "bUh": (H,)}
+
+    def build_program(self):
+        H, V, E = self.hidden_size, self.vocab_size, self.embed_size
+        tree, n, s, child = ra.Tree(max_children=2), ra.node(), ra.sigmoid, ra.child
+        word = ra.node_input("word", bound=V)
+        emb, W, bW = ra.weight("emb", (V, E)), ra.weight("W", (2 * H, E)), ra.weight("bW", (2 * H,))
+        U, bU = ra.weight("U", (3 * H, 2 * H)), ra.weight("bU", (3 * H,))
+        Uh, bUh = ra.weight("Uh", (H, 2 * H)), ra.weight("bUh", (H,))
+        h = ra.rec_placeholder("h", (H,))
+
+        e = ra.reduce_axis(E, "e")
+        zu = ra.compute((2 * H,), lambda r: ra.sum(W[r, e] * emb[word[n], e], e) + bW[r], name="leaf_gates")
+        leaf_h = ra.compute((H,), lambda i: (1.0 - s(zu[i])) * ra.tanh(zu[H + i]), name="leaf_h")
+
+        j, k = ra.reduce_axis(2, "j"), ra.reduce_axis(H, "k")
+        gates = ra.compute((3 * H,), lambda r: ra.sum(U[r, j * H + k] * h[child(n, j), k], [j, k]) + bU[r],
+                           name="gates")
+        rh = ra.compute((2, H), lambda q, i: s(gates[H + q * H + i]) * h[child(n, q), i], name="reset_h")
+        j2, k2 = ra.reduce_axis(2, "j2"), ra.reduce_axis(H, "k2")
+        cand = ra.compute((H,), lambda i: ra.tanh(ra.sum(Uh[i, j2 * H + k2] * rh[j2, k2], [j2, k2]) + bUh[i]),
+                          name="candidate")
+        internal_h = ra.compute((H,), lambda i: s(gates[i]) * (h[child(n, 0), i] + h[child(n, 1), i])
+                                + (1.0 - s(gates[i])) * cand[i], name="internal_h")
+        return ra.rec_compute(tree, {h: (leaf_h, internal_h)})
+
+    def numpy_forward(self, lin):
+        w, H = self.weights, self.hidden_size
+        h = np.zeros((lin.num_slots, H), np.float32)
+        lo = lin.level_offsets
+        g = w["emb"][lin.words[lo[0]:lo[1]]] @ w["W"].T + w["bW"]
+        h[lo[0]:lo[1]] = (1 - sigmoid(g[:, :H])) * np.tanh(g[:, H:])
+        for start, end in zip(lo[1:-1], lo[2:]):
+            kids = lin.children[start:end]
+            hl, hr = h[kids[:, 0]], h[kids[:, 1]]
+            g = np.concatenate([hl, hr], 1) @ w["U"].T + w["bU"]
+            z, rl, rr = sigmoid(g[:, :H]), sigmoid(g[:, H:2 * H]), sigmoid(g[:, 2 * H:])
+            u = np.tanh(np.concatenate([rl * hl, rr * hr], 1) @ w["Uh"].T + w["bUh"])
+            h[start:end] = z * (hl + hr) + (1 - z) * u
+        return [h]
+
+    def flops(self, lin):
+        H, E = self.hidden_size, self.embed_size
+        leaves, internal = count_leaves_internal(lin)
+        return 2.0 * 2 * H * E * leaves + 2.0 * (3 * H * 2 * H + H * 2 * H) * internal

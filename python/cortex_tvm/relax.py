@@ -1,0 +1,134 @@
+"""A compiled recursive model inside a Relax IRModule.
+
+`as_relax(model)` returns `(mod, make_inputs)`: `mod["main"]` takes the
+linearized structure (per-node inputs, children, level offsets, roots and a
+shape holding the largest level size) and calls the model's scheduled
+recursive PrimFunc through `R.call_tir_inplace` with a dynamic node count;
+`make_inputs(trees)` linearizes a batch into that argument list:
+
+    mod, make_inputs = model.as_relax("llvm")
+    vm = relax.VirtualMachine(tvm.compile(mod, target), tvm.cpu())
+    roots = vm["main"](*make_inputs(trees)).numpy()      # (B, *first state shape)
+
+How the kernel is called: its recursive states (h, c, ...) are scratch
+tensors of shape (num_slots, *state shape) that the kernel writes, and slot
+0 (the null node) must read zero.  `main` allocates them with `R.zeros` and
+passes them to `call_tir_inplace` as inputs that the call also returns
+(inplace_indices), so no pure `call_tir` input is mutated; `out` is the one
+freshly allocated output.  The kernel's scalar parameter `max_level_size`
+(it sizes the dense scratchpads) cannot be a Relax argument of this TVM (no
+PrimValue), so the PrimFunc is rewritten to read it as the extent of an
+extra int32 buffer parameter; `main` gets it as a `R.Shape([m])` input and
+allocates a placeholder of that size.  Weights (packed and hoisted as the
+schedule says) are Relax constants.
+
+`RecursiveCall` is the building block: `emit(bb)` emits the call inside a
+BlockBuilder function whose parameters include `call.params`, so a model
+can be surrounded by other Relax code (see examples/sst_classifier.py).
+Only single-kernel plans are supported (`per_level_kernels` is not).
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, tirx
+
+from . import build as _build
+from .runtime import weight_arrays
+
+__all__ = ["RecursiveCall", "as_relax"]
+
+
+def _with_shape_param(func: tirx.PrimFunc, scalar_name: str) -> tirx.PrimFunc:
+    """`func` with its int32 scalar parameter `scalar_name` replaced by an int32 buffer of that extent."""
+    params = []
+    for p in func.params:
+        if p.name == scalar_name and not hasattr(p.ty, "shape"):
+            p = tirx.decl_buffer((p,), "int32", name=f"{scalar_name}_extent")
+        params.append(p)
+    return tirx.PrimFunc(params, func.body, func.ret_type, func.attrs)
+
+
+class RecursiveCall:
+    """The scheduled recursive kernel of `model` as a Relax call with dynamic sizes."""
+
+    def __init__(self, model, target="llvm", schedule=None):
+        tgt = _build.make_target(target)
+        rs, recipe = _build.schedule_model(model, tgt, schedule)
+        if rs.plan.per_level:
+            raise ValueError(f"as_relax: recipe {recipe.name!r} uses per-level kernels; Relax embedding "
+                             "needs a single-kernel schedule (pass schedule=... without per_level_kernels)")
+        tables = _build.hoisted_tables(model, rs, recipe, tgt) if rs.plan.hoisted else {}
+        self.model, self.target, self.plan, self.recipe_name = model, tgt, rs.plan, recipe.name
+        self.lowered = rs.lowered
+        self.pass_config = rs.plan.pass_config()
+        self.func = _with_shape_param(rs.func, "max_level_size")
+        self.weights = weight_arrays(model, rs, tables)
+        self.states = rs.lowered.program.states
+        self.allow_shared = getattr(rs.lowered.program.spec, "kind", "tree") == "dag"
+
+        K = rs.lowered.program.spec.max_children
+        N, L1, B, M = (tirx.Var(name, "int64") for name in ("num_slots", "num_levels_plus_1", "batch",
+                                                             "max_level_size"))
+        self._N, self._B = N, B
+        params = [relax.Var(inp.name, relax.TensorType((N,), "int32")) for inp in rs.lowered.node_inputs]
+        params.append(relax.Var("children", relax.TensorType((N, K), "int32")))
+        if rs.lowered.uses_num_children:
+            params.append(relax.Var("num_children", relax.TensorType((N,), "int32")))
+        params.append(relax.Var("level_offsets", relax.TensorType((L1,), "int32")))
+        params.append(relax.Var("roots", relax.TensorType((B,), "int32")))
+        params.append(relax.Var("level_extent", relax.ShapeType([M])))
+        self.params = params
+        self._M = M
+
+    @property
+    def out_type(self):
+        first = self.states[0]
+        return relax.TensorType([self._B, *first.shape], first.dtype)
+
+    def emit(self, bb: relax.BlockBuilder, name: str = "cortex_main") -> relax.Expr:
+        """Emit the kernel call in the current function of `bb`; returns the root states (B, *shape)."""
+        gv = bb.add_func(self.func, name)
+        *structure, extent_shape = self.params
+        extent = bb.emit(relax.op.zeros(relax.ShapeExpr([self._M]), "int32"))
+        states = [bb.emit(relax.op.zeros(relax.ShapeExpr([self._N, *s.shape]), s.dtype)) for s in self.states]
+        args = structure + [extent] + [relax.const(w) for w in self.weights] + states
+        first_state = len(args) - len(states)
+        out_types = [relax.TensorType([self._N, *s.shape], s.dtype) for s in self.states] + [self.out_type]
+        result = bb.emit(relax.op.call_tir_inplace(
+            gv, relax.Tuple(args), inplace_indices=[first_state + i for i in range(len(states))] + [-1],
+            out_ty=out_types))
+        return bb.emit(relax.TupleGetItem(result, len(states)))
+
+    def linearize(self, trees):
+        from . import linearize as _linearize
+        return _linearize.linearize(trees, self.lowered.program.spec.max_children, pad=self.plan.node_tile,
+                                    vocab_size=self.model.vocab_bound, batching=self.plan.dynamic_batching,
+                                    allow_shared=self.allow_shared)
+
+    def make_inputs(self, trees, device=None) -> list:
+        """The arguments of the structure parameters (`self.params`) for a batch of trees."""
+        device = tvm.cpu() if device is None else device
+        lin = self.linearize(trees)
+
+        def tensor(a):
+            return tvm.runtime.tensor(np.ascontiguousarray(a, dtype=np.int32), device)
+        args = [tensor(lin.words) for _ in self.lowered.node_inputs]
+        args.append(tensor(lin.children))
+        if self.lowered.uses_num_children:
+            args.append(tensor(lin.num_children))
+        args += [tensor(lin.level_offsets), tensor(lin.roots), tvm.runtime.ShapeTuple([lin.max_level_size])]
+        return args
+
+
+def as_relax(model, target="llvm", schedule=None):
+    """(mod, make_inputs): a Relax IRModule whose `main` returns the root states of a batch."""
+    call = RecursiveCall(model, target, schedule)
+    bb = relax.BlockBuilder()
+    with bb.function("main", call.params):
+        with bb.dataflow():
+            roots = call.emit(bb)
+            out = bb.emit_output(roots)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    return mod, call.make_inputs

@@ -1,0 +1,120 @@
+"""Plain PyTorch reference modules for the new zoo models (recursion / loops, no batching).
+
+Their state_dict names are what the models' `aliases` map.  Import only after
+`pytest.importorskip("torch")`.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cortex_tvm.data import dag_postorder
+
+
+class TreeGRU(nn.Module):
+    def __init__(self, V, H):
+        super().__init__()
+        self.H = H
+        self.emb, self.W = nn.Embedding(V, H), nn.Linear(H, 2 * H)
+        self.U, self.Uh = nn.Linear(2 * H, 3 * H), nn.Linear(2 * H, H)
+
+    def node(self, n):
+        H = self.H
+        if n.is_leaf:
+            z, u = self.W(self.emb.weight[n.word]).split(H)
+            return (1 - torch.sigmoid(z)) * torch.tanh(u)
+        hl, hr = (self.node(c) for c in n.children)
+        z, rl, rr = torch.sigmoid(self.U(torch.cat([hl, hr]))).split(H)
+        u = torch.tanh(self.Uh(torch.cat([rl * hl, rr * hr])))
+        return z * (hl + hr) + (1 - z) * u
+
+    def forward(self, trees):
+        return torch.stack([self.node(t) for t in trees])
+
+
+class ChildSumTreeLSTM(nn.Module):
+    """The common child-sum module (ioux, iouh, fx, fh); internal nodes have x = 0."""
+
+    def __init__(self, V, H):
+        super().__init__()
+        self.H = H
+        self.emb = nn.Embedding(V, H)
+        self.ioux, self.iouh = nn.Linear(H, 3 * H), nn.Linear(H, 3 * H)
+        self.fx, self.fh = nn.Linear(H, H), nn.Linear(H, H)
+
+    def node(self, n):
+        H = self.H
+        if n.is_leaf:
+            x = self.emb.weight[n.word]
+            child_h = child_c = torch.zeros(1, H)
+        else:
+            x = torch.zeros(H)
+            states = [self.node(c) for c in n.children]
+            child_h = torch.stack([s[0] for s in states])
+            child_c = torch.stack([s[1] for s in states])
+        i, o, u = (self.ioux(x) + self.iouh(child_h.sum(0))).split(H)
+        f = torch.sigmoid(self.fh(child_h) + self.fx(x))
+        c = torch.sigmoid(i) * torch.tanh(u) + (f * child_c).sum(0)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    def forward(self, trees):
+        return torch.stack([self.node(t)[0] for t in trees])
+
+
+class MVRNN(nn.Module):
+    def __init__(self, V, H):
+        super().__init__()
+        self.emb = nn.Embedding(V, H)
+        self.embM = nn.Parameter(torch.eye(H).repeat(V, 1, 1) + 0.1 * torch.randn(V, H, H))
+        self.W, self.WM = nn.Linear(2 * H, H), nn.Linear(2 * H, H, bias=False)
+
+    def node(self, n):
+        if n.is_leaf:
+            return self.emb.weight[n.word], self.embM[n.word]
+        (a, A), (b, B) = (self.node(c) for c in n.children)
+        p = torch.tanh(self.W(torch.cat([B @ a, A @ b])))
+        P = self.WM.weight @ torch.cat([A, B], 0)
+        return p, P
+
+    def forward(self, trees):
+        return torch.stack([self.node(t)[0] for t in trees])
+
+
+class DAGRNN(nn.Module):
+    """Loops over each DAG's distinct nodes in topological order (a shared node once)."""
+
+    def __init__(self, V, H):
+        super().__init__()
+        self.emb, self.Wx, self.U = nn.Embedding(V, H), nn.Linear(H, H), nn.Linear(H, H, bias=False)
+
+    def forward(self, dags):
+        out = []
+        for dag in dags:
+            h = {}
+            for n in dag_postorder(dag):
+                if n.is_leaf:
+                    h[id(n)] = torch.tanh(self.Wx(self.emb.weight[n.word]))
+                else:
+                    carrier, *preds = n.children
+                    total = torch.stack([h[id(p)] for p in preds]).sum(0)
+                    h[id(n)] = torch.tanh(self.Wx(self.emb.weight[carrier.word]) + self.U(total))
+            out.append(h[id(dag)])
+        return torch.stack(out)
+
+
+class SeqLSTM(nn.Module):
+    def __init__(self, V, H):
+        super().__init__()
+        self.emb, self.lstm = nn.Embedding(V, H), nn.LSTM(H, H)
+
+    def forward(self, word_lists):
+        return torch.stack([self.lstm(self.emb(torch.tensor(ws))[:, None])[1][0][0, 0] for ws in word_lists])
+
+
+class SeqGRU(nn.Module):
+    def __init__(self, V, H):
+        super().__init__()
+        self.emb, self.gru = nn.Embedding(V, H), nn.GRU(H, H)
+
+    def forward(self, word_lists):
+        return torch.stack([self.gru(self.emb(torch.tensor(ws))[:, None])[1][0, 0] for ws in word_lists])
