@@ -7,6 +7,7 @@ kernels.py); every `tvm.s_tir.Schedule` primitive is reachable on the same
 object (`rs.split`, `rs.get_loops`, ...) and applies to the blocks inside.
 """
 from .core import RecScheduleCore, RuntimePlan, ScheduleError, Step
+from .gpu import GpuPrimitives
 from .kernels import KernelPrimitives, split_per_level
 from .layout import LayoutPrimitives
 from .loops import LoopPrimitives
@@ -15,7 +16,7 @@ from .program import ProgramPrimitives
 __all__ = ["RecSchedule", "RuntimePlan", "ScheduleError", "Step", "split_per_level"]
 
 
-class RecSchedule(ProgramPrimitives, LayoutPrimitives, LoopPrimitives, KernelPrimitives, RecScheduleCore):
+class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimitives, KernelPrimitives, RecScheduleCore):
     """A schedule of a lowered recursive program (see the module docstring)."""
 
     def __init__(self, lowered):
