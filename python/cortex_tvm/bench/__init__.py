@@ -1,0 +1,43 @@
+"""`cortex-tvm bench`: cortex_tvm next to numpy, PyTorch and DGL on the same trees, weights and threads.
+
+Every system runs in a process of its own (thread pools of different runtimes
+spin against each other in one process), systems alternate round by round,
+and each system's best round is reported.  See `run` for the orchestrator,
+`worker` for the cortex_tvm / numpy / sgemm workers and `torch_worker.py` (a
+standalone script, no cortex_tvm import) for the PyTorch and DGL baselines.
+"""
+from __future__ import annotations
+
+import os
+
+MODELS = ("treelstm", "treefc")
+SYSTEMS = ("cortex_tvm", "numpy", "torch-eager", "torch-levels", "dgl")
+TORCH_SYSTEMS = ("torch-eager", "torch-levels", "dgl")
+
+
+def add_parser(subparsers):
+    """Register the `bench` subcommand on the CLI's subparsers."""
+    p = subparsers.add_parser(
+        "bench", help="latency of cortex_tvm vs numpy, PyTorch and DGL (each in its own process)",
+        description=__doc__)
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--hidden", nargs="+", type=int, default=[256])
+    p.add_argument("--batch", nargs="+", type=int, default=[1, 10, 64])
+    p.add_argument("--batches", type=int, default=10, help="fixed batches per batch size, spread over the trees")
+    p.add_argument("--repeats", type=int, default=10, help="timed runs per batch (the minimum counts)")
+    p.add_argument("--rounds", type=int, default=2, help="each system's best round is reported")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads of every runtime")
+    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    p.add_argument("--torch-python", default=None,
+                   help="a Python with torch (+dgl) for the torch systems (default: this one, if it has torch)")
+    p.add_argument("--out", default=None, help="JSON results (default bench-<date>.json)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds before a worker is killed")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: first model only, H=64, batch 10, 3 batches, 3 repeats, 1 round")
+    p.set_defaults(run=_run)
+    return p
+
+
+def _run(args) -> int:
+    from .run import bench
+    return bench(args)

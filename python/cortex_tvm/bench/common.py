@@ -1,0 +1,70 @@
+"""Helpers shared by the bench orchestrator and its cortex_tvm/numpy/sgemm workers.
+
+Nothing here imports TVM, so the orchestrator can use it before any worker starts.
+(`torch_worker.py` is standalone on purpose and repeats the few lines it needs.)
+"""
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import time
+
+THREAD_VARS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+#: absolute tolerance of every system's root h against the numpy reference
+TOLERANCE = 1e-3
+
+
+def thread_env(threads: int, base=None) -> dict:
+    """Environment for a worker: every runtime's thread pool sized to `threads`."""
+    env = dict(os.environ if base is None else base)
+    for name in THREAD_VARS:
+        env[name] = str(threads)
+    return env
+
+
+def batch_starts(num_trees: int, size: int, count: int) -> list:
+    """Start indices of `count` batches of `size` consecutive trees, spread evenly over the file."""
+    if size < 1 or count < 1:
+        raise ValueError(f"batch size and count must be >= 1, got {size} and {count}")
+    if size > num_trees:
+        raise ValueError(f"batch size {size} is larger than the {num_trees} trees available")
+    last = num_trees - size
+    step = last // (count - 1) if count > 1 else 0
+    return [k * step for k in range(count)]
+
+
+def best_time(fn, arg, repeats: int) -> float:
+    """Minimum wall time of fn(arg) over `repeats` calls, seconds, GC off while timing."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn(arg)
+            best = min(best, time.perf_counter() - start)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return best
+
+
+def per_batch_best(fn, batches, repeats: int) -> list:
+    """Warm up on every batch once, then each batch's best time over `repeats` (seconds)."""
+    for batch in batches:
+        fn(batch)
+    return [best_time(fn, batch, repeats) for batch in batches]
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

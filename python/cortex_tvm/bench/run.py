@@ -1,0 +1,279 @@
+"""The bench orchestrator: writes the shared data, runs every worker in its own process, reports.
+
+For each (model, H, batch) one .npz holds everything the workers share: the
+model's seeded weights, the batches (SST tree indices for cortex_tvm/numpy;
+flat post-order arrays for the standalone torch worker), the numpy reference
+root h of the first batch, and the useful FLOPs of each batch.  Then
+``for round: for (model, H, batch): for system: run a worker``, each worker a
+fresh process with every runtime's thread pool set to --threads; a system's
+figure is its best round.
+"""
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from . import MODELS, TORCH_SYSTEMS
+from .common import TOLERANCE, batch_starts, cpu_model, thread_env
+
+TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_worker.py")
+MODEL_CLASSES = {"treelstm": "TreeLSTM", "treefc": "TreeFC"}
+
+
+def _apply_quick(args):
+    if args.quick:
+        args.models, args.hidden, args.batch = args.models[:1], [64], [10]
+        args.batches, args.repeats, args.rounds = 3, 3, 1
+    for name in ("batches", "repeats", "rounds", "threads"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"cortex-tvm bench: --{name} must be >= 1")
+
+
+def _worker_json(cmd, env, timeout):
+    """Run one worker; (result dict, None) or (None, error text)."""
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f} s"
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-8:]
+        return None, f"exit {proc.returncode}: " + " | ".join(tail)
+    try:
+        return json.loads(lines[-1]), None
+    except json.JSONDecodeError as e:
+        return None, f"bad JSON from worker: {e}"
+
+
+def find_torch_python(explicit, threads):
+    """(python path or None, probe dict or None, reason when None)."""
+    candidates = []
+    if explicit:
+        candidates.append(explicit)
+    elif importlib.util.find_spec("torch") is not None:
+        candidates.append(sys.executable)
+    if not candidates:
+        return None, None, "no torch in this Python and no --torch-python given"
+    python = candidates[0]
+    result, err = _worker_json([python, TORCH_WORKER, "--probe"], thread_env(threads), 300)
+    if result is None:
+        return None, None, f"{python}: probe failed ({err})"
+    if not result.get("torch"):
+        return None, result, f"{python}: {result.get('torch_error', 'no torch')}"
+    return python, result, None
+
+
+def write_case(path, model, name, trees, batch, batches):
+    """The npz for one (model, H, batch); returns (mean useful FLOPs per batch, mean nodes per batch)."""
+    from .. import data as ct_data
+
+    starts = batch_starts(len(trees), batch, batches)
+    index = np.array([s + k for s in starts for k in range(batch)], np.int64)
+    words, lefts, rights, heights, offsets = [], [], [], [], [0]
+    for i in index:
+        nodes = ct_data.postorder(trees[i])
+        pos = {id(n): k for k, n in enumerate(nodes)}
+        n = len(nodes)
+        word, left, right = (np.full(n, -1, np.int64) for _ in range(3))
+        height = np.zeros(n, np.int64)
+        for k, node in enumerate(nodes):
+            if node.children is None:
+                word[k] = node.word
+            else:
+                if len(node.children) != 2:
+                    raise ValueError(f"tree {i}: the torch baselines need binary trees "
+                                     f"(a node has {len(node.children)} children)")
+                left[k], right[k] = pos[id(node.children[0])], pos[id(node.children[1])]
+                height[k] = 1 + max(height[left[k]], height[right[k]])
+        words.append(word), lefts.append(left), rights.append(right), heights.append(height)
+        offsets.append(offsets[-1] + n)
+    groups = [[trees[i] for i in index[k:k + batch]] for k in range(0, len(index), batch)]
+    flops = [model.flops(model.linearize(g)) for g in groups]        # pad=1: real nodes only
+    np.savez(path, model=np.array(name), hidden=np.array(model.hidden_size), batch=np.array(batch),
+             tree_index=index, word=np.concatenate(words), left=np.concatenate(lefts),
+             right=np.concatenate(rights), height=np.concatenate(heights),
+             tree_offsets=np.array(offsets, np.int64), ref_h=model.reference(groups[0]).astype(np.float32),
+             flops=np.array(flops), **{"w_" + k: v for k, v in model.weights.items()})
+    return float(np.mean(flops)), offsets[-1] / len(groups)
+
+
+def _fmt_ms(ms):
+    return f"{ms:9.3f}" if ms < 100 else f"{ms:9.1f}"
+
+
+def bench(args) -> int:
+    import cortex_tvm as ct
+    import tvm
+
+    _apply_quick(args)
+    out_path = args.out or f"bench-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
+    systems = list(dict.fromkeys(args.systems))
+    env = thread_env(args.threads)
+    started = time.time()
+
+    torch_python, probe, torch_reason = (None, None, None)
+    skipped = {}                                          # system -> reason
+    if any(s in TORCH_SYSTEMS for s in systems):
+        torch_python, probe, torch_reason = find_torch_python(args.torch_python, args.threads)
+        if torch_python is None:
+            skipped.update({s: f"not installed ({torch_reason})" for s in systems if s in TORCH_SYSTEMS})
+        elif "dgl" in systems and not probe.get("dgl"):
+            skipped["dgl"] = f"not installed ({probe.get('dgl_error', 'no dgl')})"
+    meta = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": args.threads,
+        "python": platform.python_version(), "cortex_tvm": ct.__version__, "tvm": tvm.__version__,
+        "numpy": np.__version__, "torch_python": torch_python,
+        "torch": (probe or {}).get("torch"), "dgl": (probe or {}).get("dgl"),
+        "torch_numpy": (probe or {}).get("numpy"), "skipped": skipped,
+        "loadavg_start": list(os.getloadavg()),
+        "metric": "mean over batches of the per-batch minimum over repeats (after warm-up), best round; "
+                  "each system in its own process",
+        "args": {k: v for k, v in vars(args).items() if k != "run"},
+    }
+    print(f"cortex-tvm bench: {args.threads} threads, {meta['cpu']}, loadavg {meta['loadavg_start'][0]:.2f}")
+    print(f"  cortex_tvm {ct.__version__}, tvm {tvm.__version__}, numpy {np.__version__}, "
+          f"torch {meta['torch']}, dgl {meta['dgl']} ({torch_python or 'no torch python'})")
+    for system, reason in skipped.items():
+        print(f"  {system}: skipped, {reason}")
+
+    trees, vocab = ct.data.sst_sample()
+    runs, failures = [], []
+    with tempfile.TemporaryDirectory(prefix="cortex-bench-") as tmp:
+        cases = []
+        for name in args.models:
+            for H in args.hidden:
+                model = getattr(ct.models, MODEL_CLASSES[name])(hidden_size=H, vocab_size=len(vocab))
+                for B in args.batch:
+                    path = os.path.join(tmp, f"{name}-{H}-{B}.npz")
+                    flops, nodes = write_case(path, model, name, trees, B, args.batches)
+                    cases.append({"model": name, "hidden": H, "batch": B, "path": path,
+                                  "flops": flops, "nodes": nodes})
+
+        def launch(system, case, rnd):
+            if system in ("cortex_tvm", "numpy", "sgemm"):
+                cmd = [sys.executable, "-m", "cortex_tvm.bench.worker", system]
+            else:
+                cmd = [torch_python, TORCH_WORKER, system]
+            if case is not None:
+                cmd.append(case["path"])
+            cmd += ["--repeats", str(args.repeats), "--threads", str(args.threads)]
+            t0 = time.perf_counter()
+            result, err = _worker_json(cmd, env, args.timeout)
+            where = "" if case is None else f"{case['model']:8s} H={case['hidden']:<4d} B={case['batch']:<3d}"
+            row = {"system": system, "round": rnd, "wall_s": round(time.perf_counter() - t0, 2)}
+            if case is not None:
+                row.update({k: case[k] for k in ("model", "hidden", "batch")})
+            if result is None:
+                row["error"] = err
+                failures.append(f"{system} {where}: {err}")
+                print(f"  round {rnd + 1} {system:12s} {where} FAILED: {err}", flush=True)
+            else:
+                result.pop("system", None)
+                row.update(result)
+                what = f"{row['gflops']:.1f} GFLOP/s" if system == "sgemm" else \
+                    f"{row['ms']:.3f} ms  (max|diff| {row['max_abs_diff']:.1e})"
+                print(f"  round {rnd + 1} {system:12s} {where} {what}", flush=True)
+            runs.append(row)
+
+        for rnd in range(args.rounds):
+            launch("sgemm", None, rnd)
+            for case in cases:
+                for system in systems:
+                    if system not in skipped:
+                        launch(system, case, rnd)
+
+    # best round per (system, case)
+    rows = []
+    ok = [r for r in runs if "error" not in r]
+    sg = [r for r in ok if r["system"] == "sgemm"]
+    sgemm_gflops = max((r["gflops"] for r in sg), default=None)
+    bad_diffs = []
+    for case in cases:
+        key = (case["model"], case["hidden"], case["batch"])
+        mine = [r for r in ok if r["system"] != "sgemm" and (r["model"], r["hidden"], r["batch"]) == key]
+        best = {}
+        for system in systems:
+            got = [r for r in mine if r["system"] == system]
+            if system in skipped:
+                rows.append({"system": system, "model": key[0], "hidden": key[1], "batch": key[2],
+                             "skipped": skipped[system]})
+                continue
+            if not got:
+                rows.append({"system": system, "model": key[0], "hidden": key[1], "batch": key[2],
+                             "error": "every round failed"})
+                continue
+            b = min(got, key=lambda r: r["ms"])
+            best[system] = b
+            diff = max(r["max_abs_diff"] for r in got)
+            finite = all(r.get("finite", True) for r in got) and all(math.isfinite(r["ms"]) for r in got)
+            if not (diff <= TOLERANCE) or not finite:
+                bad_diffs.append(f"{system} {key[0]} H={key[1]} B={key[2]}: max|diff| {diff:.3g}"
+                                 + ("" if finite else ", non-finite output"))
+            row = {k: v for k, v in b.items() if k not in ("round", "wall_s")}
+            row.update(best_round=b["round"], rounds_ms=[r["ms"] for r in got], max_abs_diff=diff,
+                       mean_nodes=case["nodes"], mflop=case["flops"] / 1e6,
+                       gflops=case["flops"] / (b["ms"] * 1e-3) / 1e9)
+            rows.append(row)
+        ours = best.get("cortex_tvm")
+        for row in rows[-len(systems):]:
+            if ours is not None and "ms" in row:
+                row["ratio"] = row["ms"] / ours["ms"]
+        if ours is not None and sgemm_gflops:
+            case["cortex_tvm_pct_of_sgemm"] = 100 * (case["flops"] / (ours["ms"] * 1e-3) / 1e9) / sgemm_gflops
+
+    meta["loadavg_end"] = list(os.getloadavg())
+    meta["elapsed_s"] = round(time.time() - started, 1)
+    meta["sgemm_gflops"] = sgemm_gflops
+    print_tables(rows, cases, systems, sgemm_gflops, args)
+    with open(out_path, "w") as f:
+        json.dump({"meta": meta, "sgemm": sg, "cases": [{k: v for k, v in c.items() if k != "path"} for c in cases],
+                   "rows": rows, "runs": runs}, f, indent=1)
+    print(f"\nwrote {out_path} (loadavg {meta['loadavg_start'][0]:.2f} -> {meta['loadavg_end'][0]:.2f}, "
+          f"{meta['elapsed_s']:.0f} s)")
+    status = 0
+    if bad_diffs:
+        print(f"\nERROR: results differ from the numpy reference by more than {TOLERANCE}:", file=sys.stderr)
+        for line in bad_diffs:
+            print("  " + line, file=sys.stderr)
+        status = 1
+    if failures:
+        print("\nERROR: workers failed:", file=sys.stderr)
+        for line in failures:
+            print("  " + line, file=sys.stderr)
+        status = 1
+    return status
+
+
+def print_tables(rows, cases, systems, sgemm_gflops, args):
+    sg = f"{sgemm_gflops:.1f} GFLOP/s" if sgemm_gflops else "failed"
+    print(f"\nsgemm (numpy float32 1024^3, {args.threads} threads): {sg}")
+    print(f"metric: mean over {args.batches} batches of the best of {args.repeats} runs, "
+          f"best of {args.rounds} round(s); ratio = system / cortex_tvm (x slower than ours)")
+    for case in cases:
+        key = (case["model"], case["hidden"], case["batch"])
+        print(f"\n{MODEL_CLASSES[key[0]]} H={key[1]} batch={key[2]}: {case['nodes']:.0f} nodes, "
+              f"{case['flops'] / 1e6:.1f} MFLOP per batch")
+        print(f"  {'system':13s} {'ms':>9s} {'ratio':>7s} {'GFLOP/s':>8s} {'max|diff|':>10s}")
+        for row in rows:
+            if (row["model"], row["hidden"], row["batch"]) != key:
+                continue
+            if "ms" not in row:
+                print(f"  {row['system']:13s} {row.get('skipped') or row.get('error')}")
+                continue
+            ratio = f"{row['ratio']:7.2f}" if "ratio" in row else f"{'-':>7s}"
+            flag = "" if row["max_abs_diff"] <= TOLERANCE else "  <-- WRONG"
+            print(f"  {row['system']:13s} {_fmt_ms(row['ms'])} {ratio} {row['gflops']:8.1f} "
+                  f"{row['max_abs_diff']:10.1e}{flag}")
+        if "cortex_tvm_pct_of_sgemm" in case:
+            print(f"  cortex_tvm / sgemm: {case['cortex_tvm_pct_of_sgemm']:.0f} %")

@@ -1,0 +1,98 @@
+"""One benchmark measurement in a process of its own; prints one JSON line on stdout.
+
+    python -m cortex_tvm.bench.worker cortex_tvm DATA.npz --repeats 10 --threads 2
+    python -m cortex_tvm.bench.worker numpy DATA.npz --repeats 10 --threads 2
+    python -m cortex_tvm.bench.worker sgemm --repeats 10 --threads 2
+
+DATA.npz is written by the orchestrator (`cortex_tvm.bench.run`): the model's
+weights, the SST tree indices of every batch and the reference root h of the
+first batch.  The thread variables must be set by the parent (they are read
+when the runtimes start); the worker only checks them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from .common import THREAD_VARS, per_batch_best
+
+MODEL_CLASSES = {"treelstm": "TreeLSTM", "treefc": "TreeFC"}
+
+
+def load_case(path):
+    """(model, batches of Nodes, data) from an orchestrator npz."""
+    import cortex_tvm as ct
+
+    data = np.load(path)
+    trees, vocab = ct.data.sst_sample()
+    name = str(data["model"])
+    model = getattr(ct.models, MODEL_CLASSES[name])(hidden_size=int(data["hidden"]), vocab_size=len(vocab))
+    model.load_weights({k[2:]: data[k] for k in data.files if k.startswith("w_")})
+    index = data["tree_index"]
+    size = int(data["batch"])
+    batches = [[trees[i] for i in index[k:k + size]] for k in range(0, len(index), size)]
+    return model, batches, data
+
+
+def run_model(system, path, repeats):
+    model, batches, data = load_case(path)
+    extra = {}
+    if system == "cortex_tvm":
+        start = time.perf_counter()
+        fn = model.compile(target="llvm")
+        extra["compile_s"] = round(time.perf_counter() - start, 3)
+        extra["recipe"] = getattr(fn, "recipe_name", None)
+    else:
+        fn = model.reference
+    out = np.asarray(fn(batches[0]))
+    diff = float(np.abs(out - data["ref_h"]).max()) if out.shape == data["ref_h"].shape else float("inf")
+    times = per_batch_best(fn, batches, repeats)
+    if system == "cortex_tvm":        # the host-side share, for the record
+        lin = per_batch_best(fn.linearize, batches, repeats)
+        extra["linearize_ms"] = float(np.mean(lin)) * 1e3
+    return {"ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times],
+            "max_abs_diff": diff, "finite": bool(np.all(np.isfinite(out))), **extra}
+
+
+def run_sgemm(repeats, n=1024):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    c = np.empty((n, n), np.float32)
+
+    def mm(_):
+        np.matmul(a, b, out=c)
+
+    best = min(per_batch_best(mm, [None] * 3, max(repeats, 5)))
+    return {"ms": best * 1e3, "gflops": 2.0 * n ** 3 / best / 1e9, "n": n}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cortex_tvm.bench.worker")
+    parser.add_argument("system", choices=["cortex_tvm", "numpy", "sgemm"])
+    parser.add_argument("data", nargs="?", help="the orchestrator's .npz (not for sgemm)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--threads", type=int, required=True)
+    args = parser.parse_args(argv)
+    wrong = {v: os.environ.get(v) for v in THREAD_VARS if os.environ.get(v) != str(args.threads)}
+    if wrong:
+        print(f"worker: thread variables not set to {args.threads} by the parent: {wrong}", file=sys.stderr)
+        return 2
+    if args.system == "sgemm":
+        result = run_sgemm(args.repeats)
+    else:
+        if not args.data:
+            parser.error(f"{args.system} needs the data .npz")
+        result = run_model(args.system, args.data, args.repeats)
+    result.update(system=args.system, threads=args.threads, numpy=np.__version__)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

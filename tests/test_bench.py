@@ -1,0 +1,91 @@
+"""`cortex-tvm bench --quick`: the harness runs end to end and its numbers are sane (no timing asserts).
+
+Runs the real CLI in a subprocess (the workers are subprocesses anyway).  The
+torch systems need a Python with torch: this one, or the one named by
+CORTEX_TVM_TORCH_PYTHON; without either they must be reported as not installed.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cortex_tvm.bench.common import TOLERANCE, batch_starts
+
+SYSTEMS = ("cortex_tvm", "numpy", "torch-eager", "torch-levels", "dgl")
+
+
+def test_batch_starts_spread_and_in_range():
+    assert batch_starts(1101, 64, 10)[0] == 0
+    for size, count in ((1, 10), (10, 10), (64, 10), (1101, 1), (5, 3)):
+        starts = batch_starts(1101, size, count)
+        assert len(starts) == count and starts == sorted(starts)
+        assert starts[-1] + size <= 1101
+    with pytest.raises(ValueError):
+        batch_starts(10, 11, 1)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "quick.json"
+    cmd = [sys.executable, "-m", "cortex_tvm.cli", "bench", "--quick", "--threads", "2", "--out", str(out)]
+    torch_python = os.environ.get("CORTEX_TVM_TORCH_PYTHON")
+    if torch_python:
+        cmd += ["--torch-python", torch_python]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)   # a hang guard only: no timing asserts
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, json.loads(out.read_text())
+
+
+def test_quick_rows(quick):
+    stdout, result = quick
+    rows = {r["system"]: r for r in result["rows"]}
+    assert set(rows) == set(SYSTEMS)
+    for system in ("cortex_tvm", "numpy"):
+        row = rows[system]
+        assert (row["model"], row["hidden"], row["batch"]) == ("treelstm", 64, 10)
+        assert math.isfinite(row["ms"]) and row["ms"] > 0
+        assert row["max_abs_diff"] < TOLERANCE
+        assert len(row["per_batch_ms"]) == 3
+    assert rows["cortex_tvm"]["ratio"] == pytest.approx(1.0)
+    for system in ("torch-eager", "torch-levels", "dgl"):
+        row = rows[system]
+        if "skipped" in row:
+            assert "not installed" in row["skipped"]
+            assert f"{system}: skipped, not installed" in stdout
+        else:
+            assert math.isfinite(row["ms"]) and row["max_abs_diff"] < TOLERANCE
+    sgemm = result["sgemm"]
+    assert len(sgemm) == 1 and math.isfinite(sgemm[0]["gflops"]) and sgemm[0]["gflops"] > 0
+    meta = result["meta"]
+    assert meta["threads"] == 2 and meta["tvm"] and len(meta["loadavg_end"]) == 3
+    for needle in ("sgemm", "cortex_tvm / sgemm", "TreeLSTM H=64 batch=10", "cortex_tvm", "numpy"):
+        assert needle in stdout
+
+
+def test_torch_worker_is_standalone():
+    """torch_worker.py must not import cortex_tvm (it runs under other Pythons)."""
+    from cortex_tvm.bench import torch_worker
+    with open(torch_worker.__file__) as f:
+        source = f.read()
+    imports = [ln for ln in source.splitlines() if ln.lstrip().startswith(("import ", "from "))]
+    assert imports and not [ln for ln in imports if "cortex_tvm" in ln]
+    probe = subprocess.run([sys.executable, torch_worker.__file__, "--probe"], capture_output=True, text=True,
+                           timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    assert "numpy" in json.loads(probe.stdout.strip().splitlines()[-1])
+
+
+def test_worker_checks_thread_variables():
+    env = dict(os.environ, TVM_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "cortex_tvm.bench.worker", "sgemm", "--threads", "2"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "thread variables" in proc.stderr
+    env.update({v: "2" for v in ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
+    proc = subprocess.run([sys.executable, "-m", "cortex_tvm.bench.worker", "sgemm", "--threads", "2",
+                           "--repeats", "2"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert np.isfinite(json.loads(proc.stdout)["gflops"])
