@@ -16,16 +16,41 @@ TOL = 1e-4
 LSTM_PARAMS = ['word', 'children', 'level_offsets', 'roots', 'max_level_size',
                'emb', 'W', 'bW', 'U', 'bU', 'h', 'c', 'out']
 FC_PARAMS = ['word', 'children', 'level_offsets', 'roots', 'max_level_size', 'emb', 'W', 'b', 'h', 'out']
+# without leaf specialization every node tests num_children, so it is a parameter (after children)
+LSTM_PLAIN_PARAMS = LSTM_PARAMS[:2] + ['num_children'] + LSTM_PARAMS[2:]
+FC_PLAIN_PARAMS = FC_PARAMS[:2] + ['num_children'] + FC_PARAMS[2:]
 
 
 @pytest.fixture(scope="module")
-def lstm_lowered():
-    return ct.models.TreeLSTM(hidden_size=H, vocab_size=V).lower()
+def lstm_model():
+    return ct.models.TreeLSTM(hidden_size=H, vocab_size=V)
 
 
 @pytest.fixture(scope="module")
-def fc_lowered():
-    return ct.models.TreeFC(hidden_size=H, vocab_size=V).lower()
+def fc_model():
+    return ct.models.TreeFC(hidden_size=H, vocab_size=V)
+
+
+@pytest.fixture(scope="module")
+def lstm_lowered(lstm_model):
+    """Leaf-specialized: a "leaves" block, then the level loop over internal levels."""
+    return lstm_model.lower(specialize_leaves=True)
+
+
+@pytest.fixture(scope="module")
+def fc_lowered(fc_model):
+    return fc_model.lower(specialize_leaves=True)
+
+
+@pytest.fixture(scope="module")
+def lstm_plain(lstm_model):
+    """Not specialized: one level loop over every level, leaves included."""
+    return lstm_model.lower(specialize_leaves=False)
+
+
+@pytest.fixture(scope="module")
+def fc_plain(fc_model):
+    return fc_model.lower(specialize_leaves=False)
 
 
 # ---------------------------------------------------------------- IR walking helpers
@@ -86,19 +111,86 @@ def test_stage_blocks_exist(which, lstm_lowered, fc_lowered):
         assert f'T.sblock("{name}")' in text
 
 
+def _level_binding(func):
+    """(level loop, the expression its "level" block binds the level to)."""
+    level_loop = outer_for_of(func, "level")
+    realize = level_loop.body
+    assert isinstance(realize, tvm.s_tir.stmt.SBlockRealize) and realize.block.name_hint == "level"
+    (binding,) = realize.iter_values
+    return level_loop, binding
+
+
+def _num_levels_minus(extent):
+    """k when `extent` is `num_levels_plus_1 - k`."""
+    assert isinstance(extent, tvm.ir.prim.expr.Sub), extent
+    assert isinstance(extent.a, tvm.tirx.Var) and extent.a.name == "num_levels_plus_1", extent
+    return int(extent.b)
+
+
 def test_level_loop_is_serial_over_levels(lstm_lowered):
     func = lstm_lowered.func
-    level_loop = outer_for_of(func, "level")
+    level_loop, binding = _level_binding(func)
     assert level_loop.kind == tvm.tirx.ForKind.SERIAL
-    # it starts at level 1 (level 0 = leaves) and its trip count comes from the number of levels
-    assert int(level_loop.min) == 1
-    assert "num_levels_plus_1" in var_names(level_loop.extent)
+    # the loop counts from 0 (so s_tir can split it); its block computes level l + 1
+    # (level 0 = leaves), and there are L - 1 internal levels
+    assert int(level_loop.min) == 0
+    assert _num_levels_minus(level_loop.extent) == 2
+    assert isinstance(binding, tvm.ir.prim.expr.Add) and binding.a.same_as(level_loop.loop_var)
+    assert int(binding.b) == 1
+    assert lstm_lowered.first_level == 1 and lstm_lowered.specialized
     # the leaves block is not inside it, the level block is
     assert "leaves" not in block_names(level_loop.body)
     assert block_names(level_loop.body)[0] == "level"
     # the level index is opaque: levels must run in order
     level = find_block(func.body, "level")
     assert [iv.iter_type for iv in level.iter_vars] == [tvm.tirx.IterVar.Opaque]
+
+
+@pytest.mark.parametrize("which", ["lstm", "fc"])
+def test_plain_program_has_no_leaves_block(which, lstm_plain, fc_plain):
+    lowered = lstm_plain if which == "lstm" else fc_plain
+    func = lowered.func
+    assert not lowered.specialized and lowered.first_level == 0
+    names = block_names(func.body)
+    assert "leaves" not in names
+    assert names.count("level") == 1 and names.count("roots") == 1
+    # the level loop covers every level, leaves included: it computes level l itself
+    level_loop, binding = _level_binding(func)
+    assert level_loop.kind == tvm.tirx.ForKind.SERIAL
+    assert int(level_loop.min) == 0
+    assert _num_levels_minus(level_loop.extent) == 1
+    assert binding.same_as(level_loop.loop_var)
+    # both cases are computed in the level; each state's new value is a select
+    states = ["h", "c"] if which == "lstm" else ["h"]
+    level = find_block(func.body, "level")
+    inner = block_names(level.body)
+    assert inner[-len(states):] == [f"{s}_select" for s in states]
+    assert "leaf_h" in inner and "internal_h" in inner
+    for state in states:
+        select = find_block(level.body, f"{state}_select")
+        store = select.body
+        assert isinstance(store, tvm.tirx.BufferStore) and store.buffer.name == state
+        call = store.value
+        assert isinstance(call, tvm.ir.Call) and call.op.name.endswith("if_then_else"), call
+        cond = call.args[0]
+        # num_children[level_offsets[l] + j] == 0
+        assert isinstance(cond, tvm.ir.prim.expr.EQ) and int(cond.b) == 0, cond
+        assert isinstance(cond.a, tvm.ir.TensorLoad) and cond.a.source.name == "num_children"
+        (index,) = cond.a.indices
+        assert isinstance(index, tvm.ir.prim.expr.Add)
+        assert isinstance(index.a, tvm.ir.TensorLoad) and index.a.source.name == "level_offsets"
+        assert index.a.indices[0].same_as(level.iter_vars[0].var)
+        assert loads_of(call.args[1], "leaf_" + state) and loads_of(call.args[2], "internal_" + state)
+    assert lowered.uses_num_children
+    assert lowered.params == (LSTM_PLAIN_PARAMS if which == "lstm" else FC_PLAIN_PARAMS)
+    assert [p.name for p in func.params] == lowered.params
+
+
+def test_lower_defaults_to_unspecialized():
+    model = ct.models.TreeFC(hidden_size=16, vocab_size=V)
+    lowered = model.lower()
+    assert not lowered.specialized
+    assert "leaves" not in block_names(lowered.func.body)
 
 
 def test_node_loops_read_level_offsets(lstm_lowered):
@@ -125,12 +217,24 @@ def test_node_loops_read_level_offsets(lstm_lowered):
         assert idx == [0, 1]
 
 
-def test_scratchpads_have_max_level_size_rows(lstm_lowered):
+def test_scratchpads_are_indexed_by_node_id(lstm_lowered):
     level = find_block(lstm_lowered.func.body, "level")
     assert {b.name for b in level.alloc_buffers} == {"gates_sum", "gates"}
     for buf in level.alloc_buffers:
-        assert "max_level_size" in var_names(buf.shape[0])
-        assert int(buf.shape[1]) == 5 * H
+        # one row per slot (node id), as in CORTEX's ILIR
+        assert isinstance(buf.shape[0], tvm.tirx.Var) and buf.shape[0].name == "num_slots"
+        assert int(np.prod([int(d) for d in buf.shape[1:]])) == 5 * H     # one node's gates
+        # every access is buf[level_offsets[l] + j, r]
+        accesses = loads_of(level.body, buf.name)
+        stores = []
+        tvm_ffi.structural_walk(level.body, (tvm.tirx.BufferStore, stores.append), order="pre")
+        indices = [ld.indices[0] for ld in accesses] + [st.indices[0] for st in stores if st.buffer.name == buf.name]
+        assert len(indices) >= 2
+        for first in indices:
+            assert isinstance(first, tvm.ir.prim.expr.Add), first
+            assert isinstance(first.a, tvm.ir.TensorLoad) and first.a.source.name == "level_offsets"
+    rs = ct.RecSchedule(lstm_lowered)
+    assert sorted(rs.scratchpads()) == ["gates", "gates_sum", "leaf_gates", "leaf_gates_sum"]
 
 
 def test_roots_block_gathers_first_state(lstm_lowered):
@@ -153,26 +257,41 @@ def test_params_tree_fc(fc_lowered):
     assert len(fc_lowered.func.params) == len(FC_PARAMS)
 
 
-def test_lower_is_cached_and_dump_sees_every_step():
+@pytest.mark.parametrize("specialize, steps", [
+    (True, ["build_stages[leaf]", "build_stages[internal]", "assemble"]),
+    (False, ["build_stages[both]", "assemble"]),
+])
+def test_lower_is_cached_and_dump_sees_every_step(specialize, steps):
     model = ct.models.TreeFC(hidden_size=16, vocab_size=V)
-    assert model.lower() is model.lower()
+    assert model.lower(specialize_leaves=specialize) is model.lower(specialize_leaves=specialize)
+    assert model.lower(specialize_leaves=True) is not model.lower(specialize_leaves=False)
     seen = []
-    lowered = model.lower(dump=lambda step, ir: seen.append((step, ir)))
-    assert [s for s, _ in seen] == [name for name, _ in ct.lower.STEPS]
+    lowered = model.lower(specialize_leaves=specialize, dump=lambda step, ir: seen.append((step, ir)))
+    assert [s for s, _ in seen] == steps
+    # each dumped step is one of the documented STEPS
+    assert {s.split("[")[0] for s, _ in seen} == {name for name, _ in ct.lower.STEPS}
     assert all(isinstance(ir, tvm.tirx.PrimFunc) for _, ir in seen)
-    assert tvm_ffi.structural_equal(lowered.func, model.lower().func)
+    assert tvm_ffi.structural_equal(lowered.func, model.lower(specialize_leaves=specialize).func)
 
 
-def test_rec_schedule_stage_blocks(lstm_lowered):
+def test_rec_schedule_block_names(lstm_lowered, lstm_plain):
     rs = ct.RecSchedule(lstm_lowered)
-    assert rs.stage_blocks("leaves") == ["leaf_gates_sum", "leaf_gates", "leaf_c", "leaf_h"]
-    assert rs.stage_blocks("level") == ["gates_sum", "gates", "internal_c", "internal_h"]
-    with pytest.raises(ValueError, match="stage"):
-        rs.stage_blocks("roots")
-    # forwarded primitives are recorded
+    leaves = ["leaf_gates_sum", "leaf_gates", "leaf_c", "leaf_h"]
+    level = ["gates_sum", "gates", "internal_c", "internal_h"]
+    assert rs.block_names("leaves") == leaves
+    assert rs.block_names("level") == level
+    assert rs.block_names() == leaves + level
+    assert rs.has_block("leaves") and rs.has_block("gates") and not rs.has_block("nope")
+    with pytest.raises(ct.ScheduleError, match="no block named 'nope'"):
+        rs.block_names("nope")
+    # the unspecialized program: no leaves scope, everything inside "level"
+    plain = ct.RecSchedule(lstm_plain)
+    assert not plain.has_block("leaves")
+    assert plain.block_names() == plain.block_names("level") == leaves + level + ["h_select", "c_select"]
+    # forwarded primitives are recorded (queries are not)
     loops = rs.get_loops(rs.get_sblock("internal_h"))
     rs.split(loops[-1], [None, 8])
-    assert [t[0] for t in rs.trace] == ["get_sblock", "get_loops", "split"]
+    assert [t.primitive for t in rs.trace] == ["s_tir.split"]
     assert "internal_h" in rs.show()
     # scheduling a copy leaves the lowered function alone
     assert len(fors(lstm_lowered.func.body)) < len(fors(rs.func.body))
@@ -351,14 +470,18 @@ def rnn_trees():
 @pytest.mark.parametrize("split", [False, True], ids=["two-sums", "two-computes"])
 def test_tree_rnn_from_scratch(split):
     model = TreeRNN(H, V, split=split)
-    lowered = model.lower()
-    level_blocks = ct.RecSchedule(lowered).stage_blocks("level")
+    lowered = model.lower(specialize_leaves=True)
+    level_blocks = ct.RecSchedule(lowered).block_names("level")
     if split:
         assert level_blocks == ["left", "right", "internal_h"]
     else:   # each nested reduction becomes its own block
         assert level_blocks == ["internal_h_sum", "internal_h_sum1", "internal_h"]
     assert lowered.params == ['word', 'children', 'level_offsets', 'roots', 'max_level_size',
                               'emb', 'Wl', 'Wr', 'b', 'h', 'out']
+    plain = model.lower(specialize_leaves=False)
+    assert ct.RecSchedule(plain).block_names("level") == ["leaf_h"] + level_blocks + ["h_select"]
+    assert plain.params == ['word', 'children', 'num_children', 'level_offsets', 'roots', 'max_level_size',
+                            'emb', 'Wl', 'Wr', 'b', 'h', 'out']
     trees = rnn_trees()
     want = ref.tree_rnn(trees, model.weights)
     for schedule in ("none", None):
@@ -374,14 +497,18 @@ def test_custom_schedule_callable():
 
     def my_schedule(rs):
         assert isinstance(rs, ct.RecSchedule)
-        for name in rs.stage_blocks("level"):
+        assert not rs.lowered.specialized          # recipes start from the plain program
+        rs.specialize_leaves()
+        for name in rs.block_names("level"):
             loops = rs.get_loops(rs.get_sblock(name))
             _, inner = rs.split(loops[-1] if name == "internal_h" else loops[-2], [None, 8])
         calls.append(list(rs.trace))
         return rs
 
     compiled = model.compile(schedule=my_schedule)
-    assert len(calls) == 1 and [t[0] for t in calls[0]].count("split") == 3
+    assert compiled.recipe_name == "my_schedule"
+    assert len(calls) == 1
+    assert [t.primitive for t in calls[0]] == ["specialize_leaves"] + ["s_tir.split"] * 3
     trees = rnn_trees()
     want = np.stack([h[-1] for h in ref.tree_rnn(trees, model.weights)])
     np.testing.assert_allclose(compiled(trees), want, atol=TOL, rtol=0)
@@ -389,7 +516,7 @@ def test_custom_schedule_callable():
 
 def test_ternary_model_with_num_children():
     model = TreeMean3(H, V)
-    lowered = model.lower()
+    lowered = model.lower(specialize_leaves=True)
     assert lowered.uses_num_children
     assert lowered.params[:3] == ["word", "children", "num_children"]
     func = lowered.func
@@ -411,18 +538,21 @@ def test_ternary_model_with_num_children():
         compiled([Node(children=[Node(word=1) for _ in range(4)])])
 
 
-def test_raw_primfunc_call_in_documented_param_order():
+@pytest.mark.parametrize("specialize", [True, False])
+def test_raw_primfunc_call_in_documented_param_order(specialize):
     """Build the lowered PrimFunc with tvm directly and call it with arrays in `params` order."""
     model = ct.models.TreeFC(hidden_size=16, vocab_size=V)
-    lowered = model.lower()
+    lowered = model.lower(specialize_leaves=specialize)
     exe = tvm.compile(lowered.mod, target="llvm")
     func = exe[ct.lower.FUNC_NAME]
     trees = random_trees(6, (1, 15), seed=9, vocab_size=V)
     lin = ct.linearize.linearize(trees, 2, vocab_size=V)
     h = np.zeros((lin.num_slots, 16), np.float32)
     out = np.zeros((len(trees), 16), np.float32)
-    args = {"word": lin.words, "children": lin.children, "level_offsets": lin.level_offsets,
-            "roots": lin.roots, "max_level_size": lin.max_level_size, "h": h, "out": out, **model.weights}
+    args = {"word": lin.words, "children": lin.children, "num_children": lin.num_children,
+            "level_offsets": lin.level_offsets, "roots": lin.roots, "max_level_size": lin.max_level_size,
+            "h": h, "out": out, **model.weights}
+    assert ("num_children" in lowered.params) == (not specialize)
     func(*[np.ascontiguousarray(args[p]) if isinstance(args[p], np.ndarray) else args[p]
            for p in lowered.params])
     np.testing.assert_allclose(out, ref.roots("TreeFC", trees, model.weights), atol=TOL, rtol=0)

@@ -57,9 +57,23 @@ def test_schedule_none_gives_same_numbers(zoo, zoo_none, sst):
     assert zoo.name == zoo_none.name
     trees = sst[0][:200]
     a, b = zoo.compiled(trees), zoo_none.compiled(trees)
-    assert zoo_none.compiled.recipe.name == "none"
+    assert zoo_none.compiled.recipe_name == "none"
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
     assert_close(b, ref.roots(zoo.name, trees, zoo.weights))
+
+
+def test_default_recipe_and_plan(zoo):
+    """schedule=None picks the model's default recipe for the target."""
+    defaults = [r.name for r in ct.recipes.shipped().values()
+                if r.default and r.model == zoo.name and r.target == "llvm"]
+    assert len(defaults) <= 1, defaults
+    want = defaults[0] if defaults else "auto"
+    if zoo.name == "TreeLSTM":
+        assert want == "treelstm_llvm"
+    assert zoo.compiled.recipe_name == want
+    assert isinstance(zoo.compiled.plan, ct.schedule.RuntimePlan)
+    assert isinstance(zoo.compiled.lowered, ct.lower.Lowered)
+    assert not zoo.compiled.plan.per_level and callable(zoo.compiled._main)
 
 
 def test_random_trees(zoo):
@@ -376,7 +390,10 @@ def no_kernel(monkeypatch):
     def install(compiled):
         def forbidden(*args):
             raise AssertionError("the kernel ran on bad input")
-        monkeypatch.setattr(compiled, "_func", forbidden)
+        kernels = ("_leaves", "_level", "_roots") if compiled.plan.per_level else ("_main",)
+        for name in kernels:
+            assert callable(getattr(compiled, name))
+            monkeypatch.setattr(compiled, name, forbidden)
         return compiled
     return install
 

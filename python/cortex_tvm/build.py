@@ -1,8 +1,12 @@
 """Targets and compilation: a scheduled PrimFunc -> a runtime module, cached per process."""
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 import threading
 import warnings
+from pathlib import Path
 
 import tvm
 import tvm_ffi
@@ -40,17 +44,82 @@ def make_target(target) -> Target:
     raise TypeError(f"target must be a string, dict or tvm.target.Target, got {type(target).__name__}")
 
 
+#: pass config for TVM's run-time bound checks (`compile(bounds_check=True)`).  In TVM 0.27 the
+#: pass only instruments buffers declared by the legacy StorageFlatten path, so with s_tir
+#: kernels it adds nothing; bounds_check=True therefore also makes `CompiledModel.run` validate
+#: every index array against the state buffers (`linearize.check_bounds`) before a kernel runs.
+BOUNDS_CHECK = {"tirx.instrument_bound_checkers": True}
+
+_source_fingerprint = None
+
+
+def source_fingerprint() -> str:
+    """sha256 of this package's .py sources (part of the disk cache key: edits invalidate it)."""
+    global _source_fingerprint
+    if _source_fingerprint is None:
+        digest = hashlib.sha256()
+        root = Path(__file__).resolve().parent
+        for path in sorted(root.rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        _source_fingerprint = digest.hexdigest()
+    return _source_fingerprint
+
+
+def _disk_path(mod, target, pass_config):
+    """Where the disk cache (CORTEX_TVM_CACHE_DIR) keeps this build, or None without a cache dir."""
+    cache_dir = config.load().cache_dir
+    if not cache_dir:
+        return None
+    digest = hashlib.sha256()
+    for part in (source_fingerprint(), tvm.__version__, str(target),
+                 repr(sorted(pass_config.items())), mod.script()):
+        digest.update(part.encode() + b"\0")
+    return os.path.join(cache_dir, f"cortex-{digest.hexdigest()[:40]}.so")
+
+
+def _disk_load(path):
+    if not os.path.exists(path):
+        return None
+    try:
+        return tvm.runtime.Executable(tvm.runtime.load_module(path))
+    except Exception as err:  # noqa: BLE001 - a damaged entry is rebuilt, not fatal
+        warnings.warn(f"compile cache: cannot load {path} ({err}); rebuilding", stacklevel=4)
+        return None
+
+
+def _disk_store(executable, path):
+    """Atomic: written to a temporary file in the cache dir, then renamed into place."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", prefix=".tmp-", dir=os.path.dirname(path))
+        os.close(fd)
+        try:
+            executable.export_library(tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    except Exception as err:  # noqa: BLE001 - the cache is an optimization
+        warnings.warn(f"compile cache: cannot write {path} ({err})", stacklevel=4)
+
+
 def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = None):
-    """tvm.compile with an in-process cache keyed by the IR's structural hash, target and config."""
+    """tvm.compile with an in-process cache keyed by the IR's structural hash, target and config,
+    and an optional disk cache (CORTEX_TVM_CACHE_DIR) shared between processes."""
     global _compiles
     pass_config = pass_config or {}
     key = (tvm_ffi.structural_hash(mod), str(target), repr(sorted(pass_config.items())))
     with _cache_lock:
         if key in _cache:
             return _cache[key]
-        with tvm.transform.PassContext(opt_level=3, config=pass_config):
-            executable = tvm.compile(mod, target=target)
-        _compiles += 1
+        disk = _disk_path(mod, target, pass_config)
+        executable = _disk_load(disk) if disk else None
+        if executable is None:
+            with tvm.transform.PassContext(opt_level=3, config=pass_config):
+                executable = tvm.compile(mod, target=target)
+            _compiles += 1
+            if disk:
+                _disk_store(executable, disk)
         _cache[key] = executable
         return executable
 
@@ -78,11 +147,16 @@ def schedule_model(model, target, schedule=None):
     return rs.finalize(), recipe
 
 
-def compile_model(model, target="llvm", schedule=None, tuning_log=None):
-    """model -> lowered -> scheduled -> built -> CompiledModel."""
+def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_check=False):
+    """model -> lowered -> scheduled -> built -> CompiledModel.
+
+    bounds_check=True builds with TVM's `tirx.instrument_bound_checkers` and makes `run()`
+    validate every index array first (see BOUNDS_CHECK): hand-made arrays raise ValueError."""
     from .runtime import CompiledModel, weight_arrays
     from .schedule import split_per_level
 
+    if not isinstance(bounds_check, bool):
+        raise TypeError(f"bounds_check must be a bool, got {type(bounds_check).__name__}")
     tgt = make_target(target)
     if tuning_log is not None:
         from .tune.apply import resolve_recipe
@@ -90,17 +164,29 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None):
     rs, recipe = schedule_model(model, tgt, schedule)
     tables = hoisted_tables(model, rs, recipe, tgt) if rs.plan.hoisted else {}
     mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod
-    executable = build_module(mod, tgt, rs.plan.pass_config())
-    return CompiledModel(model, rs.lowered, executable, tgt, rs.plan, weight_arrays(model, rs, tables),
-                         recipe.name)
+    executable = build_module(mod, tgt, {**rs.plan.pass_config(), **(BOUNDS_CHECK if bounds_check else {})})
+    compiled = CompiledModel(model, rs.lowered, executable, tgt, rs.plan, weight_arrays(model, rs, tables),
+                             recipe.name)
+    compiled.bounds_check = bounds_check
+    return compiled
 
 
 def hoisted_tables(model, rs, recipe, target) -> dict:
-    """Leaf states for every word, computed by the same recipe without `hoist` (CORTEX's hoisting)."""
-    from . import data
+    """Leaf states for every word, computed by the same recipe without `hoist` (CORTEX's hoisting).
+
+    The tables are computed on this machine's CPU when the target is another
+    device (a GPU may not be present when compiling), with the model's CPU
+    recipe: they are values, not code.
+    """
+    from . import data, recipes
     from .runtime import CompiledModel, weight_arrays
     from .schedule import RecSchedule, ScheduleError, split_per_level
 
+    if target.kind.name != "llvm":
+        target = make_target("llvm")
+        recipe = recipes.resolve(model, target, None)
+        if recipe.knobs:
+            recipe = recipe.fitted(lambda: RecSchedule(model.lower(specialize_leaves=False)))
     table_rs = RecSchedule(model.lower(specialize_leaves=False))
     if recipe.apply_fn is None:
         recipe.apply(table_rs, skip=("hoist",))
@@ -113,7 +199,8 @@ def hoisted_tables(model, rs, recipe, target) -> dict:
                     pass
     table_rs.finalize()
     mod = split_per_level(table_rs.func, table_rs.lowered.first_level) if table_rs.plan.per_level else table_rs.mod
-    table_model = CompiledModel(model, table_rs.lowered, build_module(mod, target, table_rs.plan.pass_config()), target, table_rs.plan,
+    executable = build_module(mod, target, table_rs.plan.pass_config())
+    table_model = CompiledModel(model, table_rs.lowered, executable, target, table_rs.plan,
                                 weight_arrays(model, table_rs, {}), "hoist-tables")
     vocabulary = [data.Node(word=w) for w in range(model.vocab_bound)]
     lin = table_model.linearize(vocabulary)

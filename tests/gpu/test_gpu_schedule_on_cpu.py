@@ -34,12 +34,13 @@ def _serial(f):
 def test_per_level_gpu_schedule_matches_reference_on_cpu(sst, name):
     trees, vocab = sst
     model = getattr(ct.models, name)(hidden_size=H, vocab_size=len(vocab))
-    rs, _ = build.schedule_model(model, build.make_target("cuda"), recipe(name, "per_level"))
+    rs, used = build.schedule_model(model, build.make_target("cuda"), recipe(name, "per_level"))
     assert "thread_binding" in rs.show()
     func = tvm_ffi.structural_map(rs.func, (tirx.For, _serial), order="post")
     target = build.make_target("llvm")
     executable = build.build_module(split_per_level(func, rs.lowered.first_level), target)
-    emulated = CompiledModel(model, rs.lowered, executable, target, rs.plan, weight_arrays(model, rs, {}), "emu")
+    tables = build.hoisted_tables(model, rs, used, build.make_target("cuda")) if rs.plan.hoisted else {}
+    emulated = CompiledModel(model, rs.lowered, executable, target, rs.plan, weight_arrays(model, rs, tables), "emu")
     weights = {k: np.array(v) for k, v in model.weights.items()}
     batch = trees[:100]
     ref = reference.tree_fc(batch, weights) if name == "TreeFC" else reference.tree_lstm(batch, weights)[0]

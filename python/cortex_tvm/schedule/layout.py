@@ -59,6 +59,8 @@ class LayoutPrimitives:
         names = [w.name for w in self.lowered.weights]
         if weight not in names:
             raise ScheduleError(f"pack: {weight!r} is not a weight; weights are {names}")
+        if any(p[0] == weight for p in self.plan.packs):
+            raise ScheduleError(f"pack: {weight!r} is already packed")
         buf = passes.param(self.func, weight)
         shape = [int(d) for d in buf.shape]
         if not isinstance(axis, int) or not 0 <= axis < len(shape):
@@ -68,8 +70,6 @@ class LayoutPrimitives:
         if not isinstance(tile, int) or tile < 1 or shape[axis] % (tile * groups):
             raise ScheduleError(f"pack: tile {tile!r} x groups {groups} does not divide "
                                 f"{weight!r}.shape[{axis}] = {shape[axis]}")
-        if any(p[0] == weight for p in self.plan.packs):
-            raise ScheduleError(f"pack: {weight!r} is already packed")
         index_fn = passes.tile_axis(axis, tile, groups, shape[axis])
         try:
             self._rewrite(lambda f: passes.pack_buffer(f, weight, index_fn))

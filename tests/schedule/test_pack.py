@@ -1,0 +1,107 @@
+"""pack: W[r, c] -> W[r // tile, c, r % tile], at compile time for the numpy weight as well."""
+import numpy as np
+import pytest
+import tvm
+
+import cortex_tvm as ct
+from cortex_tvm import passes
+
+from .irutil import find_block, loads, param, shape, trace_names
+
+H = 32
+
+
+def test_ir_before_and_after(fresh):
+    rs = fresh("TreeLSTM")
+    assert shape(param(rs.func, "U")) == (5 * H, 2 * H)
+    (before,) = loads(rs.func, "U")
+    assert rs.pack("U", axis=0, tile=32) is rs
+    func = rs.func
+    assert shape(param(func, "U")) == (5 * H // 32, 2 * H, 32)
+    (after,) = loads(func, "U")
+    r, k = before.indices
+    # U[r, k] -> U[r // 32, k, r % 32]
+    want = [tvm.tirx.floordiv(r, 32), k, tvm.tirx.floormod(r, 32)]
+    assert len(after.indices) == 3
+    block = find_block(func, "gates_sum")
+    for got, w in zip(after.indices, want):
+        # the block iterators were renamed by no one: compare structurally with free vars mapped
+        assert str(got) == str(w), (got, w)
+    assert loads(block, "U")
+    # the read region covers the whole packed buffer
+    (region,) = [r for r in block.reads if r.source.name == "U"]
+    assert [int(x.extent) for x in region.region] == [5, 2 * H, 32]
+    # other weights untouched
+    assert shape(param(func, "W")) == (3 * H, H)
+    assert [p[:3] for p in rs.plan.packs] == [("U", 0, 32)]
+    assert trace_names(rs) == ["pack"]
+    assert {k: rs.trace[0].args[k] for k in ("weight", "axis", "tile")} == {"weight": "U", "axis": 0, "tile": 32}
+
+
+def test_pack_other_axis(fresh):
+    rs = fresh("TreeLSTM").pack("U", axis=1, tile=16)
+    assert shape(param(rs.func, "U")) == (2 * H // 16, 5 * H, 16)
+    rs.pack("W", axis=0, tile=96)
+    assert shape(param(rs.func, "W")) == (1, H, 96)
+    assert [p[:3] for p in rs.plan.packs] == [("U", 1, 16), ("W", 0, 96)]
+
+
+def test_preconditions(fresh):
+    rs = fresh("TreeLSTM")
+    with pytest.raises(ct.ScheduleError, match="tile 48 .*does not divide 'U'.shape\\[0\\] = 160"):
+        rs.pack("U", axis=0, tile=48)
+    for tile in (0, -32, 2.0, "32"):
+        with pytest.raises(ct.ScheduleError, match="does not divide"):
+            rs.pack("U", axis=0, tile=tile)
+    for not_a_weight in ("h", "gates", "children", "out", "nope"):
+        with pytest.raises(ct.ScheduleError, match=f"{not_a_weight!r} is not a weight"):
+            rs.pack(not_a_weight, axis=0, tile=1)
+    for axis in (2, -1, "0", None):
+        with pytest.raises(ct.ScheduleError, match="out of range"):
+            rs.pack("U", axis=axis, tile=32)
+    assert not rs.trace and not rs.plan.packs
+    rs.pack("U", axis=0, tile=32)
+    packed = rs.func
+    with pytest.raises(ct.ScheduleError):
+        rs.pack("U", axis=0, tile=32)
+    with pytest.raises(ct.ScheduleError, match="already packed"):
+        rs.pack("U", axis=0, tile=5)      # a tile that divides the packed shape
+    tvm.ir.assert_structural_equal(rs.func, packed)
+    assert [p[:3] for p in rs.plan.packs] == [("U", 0, 32)]
+
+
+def test_pack_twice_says_already_packed(fresh):
+    rs = fresh("TreeLSTM").pack("U", axis=0, tile=32)
+    with pytest.raises(ct.ScheduleError, match="already packed"):
+        rs.pack("U", axis=0, tile=32)
+
+
+def test_pack_array_matches_index_map():
+    a = np.arange(12 * 5, dtype=np.float32).reshape(12, 5)
+    packed = passes.pack_array(a, passes.tile_axis(0, 4))
+    assert packed.shape == (3, 5, 4)
+    for r in range(12):
+        for c in range(5):
+            assert packed[r // 4, c, r % 4] == a[r, c]
+
+
+@pytest.mark.parametrize("name, weights", [("TreeLSTM", ["U", "W"]), ("TreeFC", ["W"])])
+def test_same_numbers(check_numbers, make_model, batches, name, weights):
+    def recipe(rs):
+        rs.specialize_leaves()
+        for w in weights:
+            rs.pack(w, axis=0, tile=32)
+    packed = check_numbers(name, recipe)
+    assert [p[:3] for p in packed.plan.packs] == [(w, 0, 32) for w in weights]
+    # the runtime repacks the weights the same way
+    model = make_model(name)
+    for w, array in zip([w.name for w in packed.lowered.weights], packed._weights):
+        want = model.weights[w]
+        if w in weights:
+            want = passes.pack_array(want, passes.tile_axis(0, 32))
+            assert array.shape == (want.shape[0], want.shape[1], 32) or array.ndim == 3
+        np.testing.assert_array_equal(array, want)
+    # and the numbers are those of the unpacked program
+    plain = check_numbers(name, lambda rs: rs.specialize_leaves())
+    for batch in batches:
+        np.testing.assert_allclose(packed(batch), plain(batch), atol=1e-6, rtol=0)
