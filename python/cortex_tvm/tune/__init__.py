@@ -1,0 +1,54 @@
+"""Auto-tuning of recipe knobs, split by role as in TVM's meta_schedule:
+
+`space` (the knob space, invalid points pruned), `features` + `cost_model`
+(xgboost ranking), `measure` (build + time; failures are inf), `database`
+(JSON-lines log), `search` (warm-up, then model-guided rounds), `apply`
+(a log's best record -> a recipe; `model.compile(tuning_log=...)`).
+
+    import cortex_tvm as ct
+    from cortex_tvm import tune
+    model = ct.models.TreeLSTM(hidden_size=256, vocab_size=5374)
+    best = tune.tune(model, trials=32, log="tuning.jsonl")
+    compiled = model.compile(tuning_log="tuning.jsonl")
+"""
+from __future__ import annotations
+
+import sys
+
+from .apply import SHIPPED, apply_best, recipe_from_log
+from .cost_model import CostModel, spearman
+from .database import Database, TuningRecord
+from .features import WorkloadStats
+from .measure import MeasureResult, Measurer, tuning_batches
+from .search import SearchConfig, search
+from .space import Space, TuningPoint
+from .workload import Workload
+
+__all__ = ["tune", "apply_best", "recipe_from_log", "SHIPPED", "Space", "TuningPoint", "Workload",
+           "CostModel", "spearman", "Database", "TuningRecord", "Measurer", "MeasureResult",
+           "WorkloadStats", "SearchConfig", "search", "tuning_batches"]
+
+
+def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: int = 10, target="llvm",
+         seconds: float | None = None, seed: int = 0, repeats: int = 5, max_batches: int = 16,
+         knobs: dict | None = None, progress=True) -> TuningPoint | None:
+    """Search the knobs of the model's recipe; every trial is appended to `log`.
+
+    trials counts the records the log already has for this workload, so
+    rerunning an interrupted tune finishes it.  Timing uses `trees` (default:
+    the bundled SST sample) in batches of `batch_size`.  Returns the best
+    point measured (None if every trial failed).  progress: True (a line per
+    trial on stderr), False, or a file.
+    """
+    progress = sys.stderr if progress is True else (progress or None)
+    from ..build import make_target
+    tgt = make_target(target)
+    batches = tuning_batches(model, trees, batch_size, max_batches)
+    space = Space(model, tgt, knobs=knobs)
+    measurer = Measurer(model, batches, tgt, repeats=repeats)
+    workload = Workload.of(model, tgt, batch_size)
+    config = SearchConfig(trials=trials, seconds=seconds, seed=seed)
+    best = search(space, measurer, Database(log), workload, WorkloadStats.of(model, batches), config, progress)
+    if progress is not None and best is not None:
+        print(f"tune: best {best.mean * 1e3:.3f} ms  [{best.point}]  -> {log}", file=progress)
+    return None if best is None else best.point

@@ -1,0 +1,74 @@
+"""Use a tuning log: the best record for a workload (or the nearest one) as a recipe."""
+from __future__ import annotations
+
+import os
+import warnings
+from importlib import resources
+
+from .. import recipes as _recipes
+from ..build import make_target
+from .database import Database, load_records
+from .space import Space
+from .workload import Workload
+
+#: `tuning_log=SHIPPED` reads the logs installed with the package (cortex_tvm.tuning_logs)
+SHIPPED = "shipped"
+
+
+def open_log(log) -> Database:
+    """A Database from a path, a Database, or "shipped" (every log in cortex_tvm.tuning_logs)."""
+    if isinstance(log, Database):
+        return log
+    if log == SHIPPED:
+        db = Database()
+        for entry in sorted(resources.files("cortex_tvm.tuning_logs").iterdir(), key=lambda e: e.name):
+            if entry.name.endswith(".jsonl"):
+                with resources.as_file(entry) as path:
+                    db.records += load_records(path)
+        return db
+    if not os.path.exists(os.fspath(log)):
+        raise FileNotFoundError(f"tuning log {log!r} does not exist")
+    return Database(log)
+
+
+def recipe_from_log(model, log, target="llvm", batch_size=None, schedule=None):
+    """(recipe, how): the recipe with the log's best knobs for this model, how in
+    {"exact", "nearest", "default"}; warns unless exact.
+
+    The nearest record's knobs may not fit this model (a column tile that does
+    not divide the hidden size): then the next records of that workload are
+    tried, fastest first, and finally the default recipe.
+    """
+    tgt = make_target(target)
+    workload = Workload.of(model, tgt, batch_size)
+    space = Space(model, tgt, recipe=schedule)
+    db = open_log(log)
+    record, how = db.nearest(workload)
+    if record is None:
+        warnings.warn(f"no tuning record for {workload.model} on {workload.target} in {log}; "
+                      f"using the default recipe {space.recipe.name!r}", stacklevel=3)
+        return space.recipe, "default"
+    for candidate in db.top_k(record.workload, k=len(db.records)):
+        point = candidate.point
+        if space.contains(point) and space.is_valid(point):
+            if candidate.recipe and candidate.recipe != space.fingerprint:
+                warnings.warn(f"tuning record in {log} was made with recipe {candidate.recipe}, "
+                              f"now {space.fingerprint}; its timing may no longer hold", stacklevel=3)
+            if how != "exact":
+                warnings.warn(f"no exact tuning record for {workload} in {log}; using the nearest, "
+                              f"{candidate.workload} ({point})", stacklevel=3)
+            return space.recipe_for(point), how
+    warnings.warn(f"no record in {log} fits {workload} (nearest: {record.workload}); "
+                  f"using the default recipe {space.recipe.name!r}", stacklevel=3)
+    return space.recipe, "default"
+
+
+def apply_best(model, log, target="llvm", batch_size=None, schedule=None):
+    """Compile `model` with the best knobs the log has for it (see `recipe_from_log`)."""
+    recipe, _ = recipe_from_log(model, log, target, batch_size, schedule)
+    return model.compile(target=target, schedule=recipe)
+
+
+def resolve_recipe(model, log, target, schedule) -> _recipes.Recipe:
+    """The hook `compile_model(tuning_log=...)` calls."""
+    return recipe_from_log(model, log, target, None, schedule)[0]

@@ -1,0 +1,141 @@
+"""The tuning log: JSON lines, one record per trial, append-only.
+
+A record: `{"workload": {...}, "knobs": {...}, "latencies": [s, ...], "mean": s | null,
+"error": text | null, "time": unix seconds, "cortex_tvm": version, "tvm": version,
+"target_detail": full target string}`.  A failed trial has mean null (inf in
+memory).  A line that does not parse is skipped with a warning naming it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+
+from .space import TuningPoint
+from .workload import Workload
+
+
+@dataclass(frozen=True)
+class TuningRecord:
+    workload: Workload
+    point: TuningPoint
+    latencies: tuple = ()
+    error: str | None = None
+    time: float = 0.0
+    versions: dict = field(default_factory=dict, compare=False)
+    target_detail: str = ""
+    #: "name@hash" of the recipe the knobs belong to (its steps and candidates change over time)
+    recipe: str = ""
+
+    @property
+    def mean(self) -> float:
+        if self.error is not None or not self.latencies:
+            return math.inf
+        return sum(self.latencies) / len(self.latencies)
+
+    def to_json(self) -> dict:
+        mean = self.mean
+        return {"workload": self.workload.to_json(), "knobs": self.point.to_json(),
+                "latencies": list(self.latencies), "mean": None if math.isinf(mean) else mean,
+                "error": self.error, "time": self.time, **self.versions, "target_detail": self.target_detail,
+                "recipe": self.recipe}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "TuningRecord":
+        return cls(Workload.from_json(data["workload"]), TuningPoint.from_json(data["knobs"]),
+                   tuple(float(t) for t in data.get("latencies") or ()), data.get("error"),
+                   float(data.get("time", 0.0)),
+                   {k: data[k] for k in ("cortex_tvm", "tvm") if k in data}, data.get("target_detail", ""),
+                   data.get("recipe", ""))
+
+
+def versions() -> dict:
+    import tvm
+
+    import cortex_tvm
+    return {"cortex_tvm": cortex_tvm.__version__, "tvm": tvm.__version__}
+
+
+class Database:
+    """Records in memory, mirrored to a JSON-lines file (path None: memory only)."""
+
+    def __init__(self, path=None):
+        self.path = None if path is None else os.fspath(path)
+        self.records: list = []
+        if self.path is not None and os.path.exists(self.path):
+            self.records = load_records(self.path)
+
+    def commit(self, record: TuningRecord) -> None:
+        """Append one record (flushed to disk at once, so an interrupted run loses nothing)."""
+        self.records.append(record)
+        if self.path is not None:
+            line = json.dumps(record.to_json(), sort_keys=True)
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+
+    def for_workload(self, workload: Workload) -> list:
+        return [r for r in self.records if r.workload == workload]
+
+    def measured(self, workload: Workload) -> dict:
+        """point -> its latest record for this workload (what a resumed run skips)."""
+        return {r.point: r for r in self.for_workload(workload)}
+
+    def top_k(self, workload: Workload, k: int = 1) -> list:
+        ok = [r for r in self.for_workload(workload) if math.isfinite(r.mean)]
+        return sorted(ok, key=lambda r: r.mean)[:k]
+
+    def best(self, workload: Workload):
+        """The fastest successful record for exactly this workload, or None."""
+        top = self.top_k(workload, 1)
+        return top[0] if top else None
+
+    def nearest(self, workload: Workload):
+        """(record, how): the best record of this workload (how="exact"), else of the closest
+        workload with the same model and target (how="nearest"), else (None, "none").
+
+        A workload with batch_size None matches any batch size: the batch size
+        with the most trials is used.
+        """
+        candidates = [r.workload for r in self.records
+                      if r.workload.same_kind(workload) and math.isfinite(r.mean)]
+        if workload.batch_size is None:
+            same = [w for w in candidates if w == _with_batch(workload, w.batch_size)]
+            if same:
+                batch = max(set(w.batch_size for w in same), key=lambda b: (same.count(_with_batch(workload, b)), b))
+                return self.best(_with_batch(workload, batch)), "exact"
+        elif workload in candidates:
+            return self.best(workload), "exact"
+        if not candidates:
+            return None, "none"
+        probe = workload if workload.batch_size is not None else _with_batch(workload, 10)
+        closest = min(set(candidates), key=lambda w: (probe.distance(w), str(w)))
+        return self.best(closest), "nearest"
+
+
+def _with_batch(workload: Workload, batch_size) -> Workload:
+    from dataclasses import replace
+    return replace(workload, batch_size=batch_size)
+
+
+def load_records(path) -> list:
+    """Records of a JSON-lines log; corrupt lines are skipped with a warning naming the line."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(TuningRecord.from_json(json.loads(line)))
+            except (ValueError, KeyError, TypeError, AttributeError) as err:
+                warnings.warn(f"tuning log {path}, line {lineno}: skipped a corrupt record ({err})",
+                              stacklevel=2)
+    return out
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,85 @@
+"""Build and time one tuning point; a failure measures as inf with its error, never raises."""
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..timing import batches_of, best_of
+
+#: largest |compiled - model.reference| accepted (fast_math's polynomials are ~1e-6)
+TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """Per-batch best times in seconds (empty on failure), and the error text or None."""
+
+    latencies: tuple = ()
+    error: str | None = None
+    build_s: float = 0.0
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.latencies)) if self.latencies and self.error is None else float("inf")
+
+
+def tuning_batches(model, trees=None, batch_size: int = 10, max_batches: int = 16) -> list:
+    """Representative batches: the user's trees, or the bundled SST sample, cut in `batch_size`s.
+
+    With more trees than `max_batches` batches need, batches are spread over the whole set.
+    """
+    from .. import data
+    if trees is None:
+        trees, _ = data.sst_sample()
+    vocab = getattr(model, "vocab_size", None)
+    if vocab is not None:       # the SST sample has words beyond a small model's vocabulary
+        trees = [t for t in trees if all(n.word is None or n.word < vocab for n in data.postorder(t))]
+    batches = batches_of(list(trees), batch_size)
+    if not batches:
+        raise ValueError(f"need at least {batch_size} trees (within the model's vocabulary) to tune")
+    if len(batches) > max_batches:
+        idx = np.linspace(0, len(batches) - 1, max_batches).round().astype(int)
+        batches = [batches[i] for i in idx]
+    return batches
+
+
+@dataclass
+class Measurer:
+    """Times compiled points on fixed batches: `warmup` untimed calls, then best of `repeats` per batch."""
+
+    model: object
+    batches: list
+    target: object = "llvm"
+    repeats: int = 5
+    warmup: int = 2
+    _expected: list = field(default_factory=list, repr=False)
+
+    def expected(self):
+        """model.reference on the first batch (computed once)."""
+        if not self._expected:
+            self._expected.append(self.model.reference(self.batches[0]))
+        return self._expected[0]
+
+    def measure(self, space, point) -> MeasureResult:
+        import time
+        start = time.perf_counter()
+        try:
+            reason = space.check(point)
+            if reason is not None:
+                return MeasureResult(error=f"invalid: {reason}")
+            compiled = self.model.compile(target=self.target, schedule=space.recipe_for(point))
+            build_s = time.perf_counter() - start
+            diff = float(np.abs(compiled(self.batches[0]) - self.expected()).max())
+            if not diff <= TOLERANCE:
+                return MeasureResult(error=f"wrong numbers: max |diff| vs model.reference = {diff:.3g}",
+                                     build_s=build_s)
+            for _ in range(self.warmup):
+                compiled(self.batches[0])
+            # end-to-end per batch, like timing.mean_of_best: linearization included
+            times = tuple(best_of(compiled, b, self.repeats) for b in self.batches)
+            return MeasureResult(times, None, build_s)
+        except Exception as err:        # a failed build or run is a data point, not a crash
+            last = traceback.format_exception_only(type(err), err)[-1].strip()
+            return MeasureResult(error=last[:2000], build_s=time.perf_counter() - start)

@@ -1,0 +1,103 @@
+"""The search: the default point and random warm-up, then rounds guided by the cost model.
+
+Each round retrains the cost model on every trial so far, scores a pool of
+unmeasured points (validity is checked only for the top-scored ones, in
+order, since checking costs a schedule application), and measures the best
+few; a fraction `epsilon` of each round is random instead.  Budgets: a
+number of trials (records already in the log for the workload count, so a
+rerun resumes) and optionally seconds.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost_model import CostModel
+from .database import Database, TuningRecord, now, versions
+from .space import Space, TuningPoint
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    trials: int = 32
+    seconds: float | None = None
+    warmup: int | None = None        # random trials before the model is used (default: trials // 4, >= 4)
+    round_size: int = 4
+    pool: int = 512
+    epsilon: float = 0.2
+    seed: int = 0
+
+    def warmup_trials(self) -> int:
+        return self.warmup if self.warmup is not None else max(4, self.trials // 4)
+
+
+def search(space: Space, measurer, database: Database, workload, stats, config: SearchConfig,
+           log=True) -> TuningRecord | None:
+    """Tune; every trial is committed to `database`.  Returns the best record (None: all failed).
+
+    `measurer.measure(space, point) -> MeasureResult`; `stats` are the
+    WorkloadStats the cost model sees.  Progress goes to `log` (True: stderr; None: quiet).
+    """
+    log = sys.stderr if log is True else (log or None)
+    rng = np.random.default_rng(config.seed)
+    start = time.perf_counter()
+    done = database.measured(workload)
+    if done and log is not None:
+        print(f"tune: resuming, {len(done)} trials of {workload} already in the log", file=log)
+    model = CostModel(stats, seed=config.seed)
+    target_detail = str(getattr(measurer, "target", ""))
+    info = versions()
+
+    def out_of_budget():
+        return len(done) >= config.trials or (
+            config.seconds is not None and time.perf_counter() - start >= config.seconds)
+
+    def run(point: TuningPoint):
+        result = measurer.measure(space, point)
+        record = TuningRecord(workload, point, result.latencies, result.error, now(), info, target_detail,
+                              space.fingerprint)
+        database.commit(record)
+        done[point] = record
+        if log is not None:
+            best = min((r.mean for r in done.values()), default=math.inf)
+            this = "failed: " + result.error.splitlines()[0][:80] if result.error else f"{record.mean * 1e3:.3f} ms"
+            print(f"tune: trial {len(done)}/{config.trials}  {this}  best {best * 1e3:.3f} ms  "
+                  f"elapsed {time.perf_counter() - start:.0f} s  [{point}]", file=log, flush=True)
+
+    first = [space.default()] + space.sample(max(0, config.warmup_trials() - len(done) - 1), rng, exclude=done)
+    for point in first:
+        if out_of_budget():
+            break
+        if point not in done and space.contains(point) and space.is_valid(point):
+            run(point)
+    stalled = 0
+    while not out_of_budget() and stalled < 3:
+        measured = list(done)
+        model.update(measured, [done[p].mean for p in measured])
+        batch = propose(space, model, rng, exclude=set(done), count=config.round_size,
+                        pool=config.pool, epsilon=config.epsilon)
+        stalled = stalled + 1 if not batch else 0
+        for point in batch:
+            if out_of_budget():
+                break
+            run(point)
+    return database.best(workload)
+
+
+def propose(space: Space, model: CostModel, rng, exclude: set, count: int, pool: int, epsilon: float) -> list:
+    """`count` valid unmeasured points: the top predicted of a random pool, a few random ones."""
+    n_random = sum(rng.random() < epsilon for _ in range(count))
+    candidates = space.sample(pool, rng, exclude=exclude, valid=False)
+    scores = model.predict(candidates) + 1e-9 * rng.random(len(candidates))   # random tie-break
+    chosen = []
+    for i in np.argsort(-scores):
+        if len(chosen) == count - n_random:
+            break
+        if space.is_valid(candidates[i]):
+            chosen.append(candidates[i])
+    chosen += space.sample(count - len(chosen), rng, exclude=exclude | set(chosen))
+    return chosen

@@ -1,0 +1,77 @@
+"""A tiny tune writes a log that model.compile(tuning_log=...) uses; CLI wiring."""
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm import tune
+from cortex_tvm.tune import Space, TuningPoint
+
+KNOBS = {"node_tile": [1, 2], "k_unroll": [4, 8], "unroll_depth": [1], "persist": [True], "per_level": [False]}
+
+
+def test_tiny_tune_then_compile_from_log(fc32, trees, tmp_path, capsys):
+    log = tmp_path / "tuning.jsonl"
+    best = tune.tune(fc32, trials=3, log=log, trees=trees, batch_size=10, repeats=1, max_batches=2, knobs=KNOBS)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(lines) == 3 and all(r["error"] is None for r in lines)
+    assert all(r["recipe"].startswith("treefc_llvm@") and r["tvm"] and r["cortex_tvm"] for r in lines)
+    assert "trial 3/3" in capsys.readouterr().err
+    assert isinstance(best, TuningPoint) and best in {TuningPoint.from_json(r["knobs"]) for r in lines}
+
+    before = ct.compile_count()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # an exact record: no warning
+        compiled = fc32.compile(tuning_log=str(log))
+    assert ct.compile_count() - before <= 1
+    batch = trees[:10]
+    np.testing.assert_allclose(compiled(batch), fc32.reference(batch), atol=1e-4)
+    assert tune.recipe_from_log(fc32, log)[0].knob_values() == {
+        **tune.recipe_from_log(fc32, log)[0].knob_values(), **best.as_dict()}
+
+    # resume: the same budget again measures nothing new
+    tune.tune(fc32, trials=3, log=log, trees=trees, repeats=1, max_batches=2, knobs=KNOBS, progress=None)
+    assert len(log.read_text().splitlines()) == 3
+
+
+def test_nearest_and_missing_records_warn(fc32, tmp_path):
+    log = tmp_path / "tuning.jsonl"
+    db = tune.Database(log)
+    point = Space(fc32).default()
+    db.commit(tune.TuningRecord(tune.Workload.of(fc32), point, (1e-3,)))
+    other = ct.models.TreeFC(hidden_size=64, vocab_size=50)
+    with pytest.warns(UserWarning, match="no exact tuning record.*nearest"):
+        recipe, how = tune.recipe_from_log(other, log)
+    assert how == "nearest" and recipe.knob_values() == point.as_dict()
+    lstm = ct.models.TreeLSTM(hidden_size=32, vocab_size=50)
+    with pytest.warns(UserWarning, match="no tuning record for TreeLSTM.*default recipe"):
+        recipe, how = tune.recipe_from_log(lstm, log)
+    assert how == "default"
+
+
+def test_failed_build_measures_inf(fc32, trees):
+    from cortex_tvm.tune.measure import Measurer, tuning_batches
+    measurer = Measurer(fc32, tuning_batches(fc32, trees, 10, 1), repeats=1)
+    bad = TuningPoint.of(column_tile=32, node_tile=1, k_unroll=4, unroll_depth=2, persist=True, per_level=True)
+    result = measurer.measure(Space(fc32), bad)
+    assert result.mean == float("inf") and "per_level_kernels" in result.error
+
+    class Broken(Space):
+        def recipe_for(self, point):
+            raise RuntimeError("LLVM fell over")
+    result = measurer.measure(Broken(fc32), Space(fc32).default())
+    assert result.mean == float("inf") and "LLVM fell over" in result.error
+
+
+def test_cli_registers_tune():
+    import argparse
+
+    from cortex_tvm.tune.cli import register
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["tune", "treefc", "--trials", "4", "--log", "x.jsonl", "--hidden", "32",
+                              "--batch", "5", "--seconds", "10"])
+    assert (args.model, args.trials, args.log, args.hidden, args.batch, args.seconds) == \
+        ("treefc", 4, "x.jsonl", 32, 5, 10.0)

@@ -1,0 +1,64 @@
+"""The knob space: pruning by schedule application, sampling, TuningPoint as JSON."""
+import json
+
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm.tune import Space, TuningPoint
+
+KNOBS = {"column_tile": [32, 16], "node_tile": [1, 2], "k_unroll": [4], "unroll_depth": [1, 2],
+         "persist": [True], "per_level": [False, True]}
+
+
+def test_invalid_combination_raises_and_is_pruned(fc32):
+    space = Space(fc32, knobs=KNOBS)
+    bad = TuningPoint.of(column_tile=32, node_tile=1, k_unroll=4, unroll_depth=2, persist=True, per_level=True)
+    with pytest.raises(ct.ScheduleError, match="per_level_kernels"):
+        space.recipe_for(bad).apply(ct.RecSchedule(fc32.lower(specialize_leaves=False)))
+    assert "per_level_kernels" in space.check(bad)
+    valid = space.valid_points()
+    assert space.size == 16
+    assert bad not in valid
+    # per_level with unroll depth 2 is the one rule this subspace breaks: 4 of 16 pruned
+    assert len(valid) == 12
+    assert all(not (p.as_dict()["per_level"] and p.as_dict()["unroll_depth"] > 1) for p in valid)
+
+
+def test_tile_that_does_not_divide_is_pruned():
+    model = ct.models.TreeFC(hidden_size=48, vocab_size=10)
+    space = Space(model, knobs={**KNOBS, "column_tile": [32], "per_level": [False], "unroll_depth": [1]})
+    assert space.valid_points() == []
+
+
+def test_sample_is_valid_distinct_and_excludes(fc32):
+    space = Space(fc32, knobs=KNOBS)
+    rng = np.random.default_rng(0)
+    first = space.sample(4, rng)
+    more = space.sample(20, rng, exclude=first)
+    assert len(set(first)) == 4 and all(space.is_valid(p) for p in first + more)
+    assert not set(first) & set(more)
+    assert len(first) + len(more) == 12          # the whole valid space, nothing twice
+
+
+def test_unknown_knob_is_an_error(fc32):
+    with pytest.raises(ValueError, match="no knobs"):
+        Space(fc32, knobs={"warp_size": [32]})
+
+
+def test_default_point_is_the_recipes(fc32):
+    default = Space(fc32).default()
+    fitted = ct.recipes.shipped()["treefc_llvm"].fitted(lambda: ct.RecSchedule(fc32.lower(specialize_leaves=False)))
+    assert default.as_dict() == fitted.knob_values()
+    assert default.as_dict()["column_tile"] == 32          # 64 does not fit H=32: the next candidate
+
+
+def test_tuning_point_json_round_trip():
+    p = TuningPoint.of(column_tile=64, hoist_budget_mb=0.001, persist=False, per_level=True)
+    assert TuningPoint.from_json(p.to_json()) == p
+    assert TuningPoint.from_json(json.dumps(p.to_json())) == p
+    assert hash(TuningPoint.from_json(json.loads(json.dumps(p.to_json())))) == hash(p)
+    with pytest.raises(ValueError):
+        TuningPoint.from_json("[1, 2]")
+    with pytest.raises(Exception):
+        p.knobs = ()                               # frozen
