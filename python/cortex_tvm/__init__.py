@@ -12,6 +12,7 @@ turns trees into the kernel's index arrays.
 """
 from . import data, linearize, models, ra
 from .build import compile_count, make_target
+from .export import load
 from .data import Node, load_ptb
 from .linearize import Linearized
 from .runtime import CompiledModel
@@ -22,5 +23,5 @@ __version__ = "0.1.0"
 
 __all__ = [
     "data", "linearize", "models", "ra", "Node", "load_ptb", "Linearized",
-    "RecSchedule", "ScheduleError", "recipes", "CompiledModel", "compile_count", "make_target", "__version__",
+    "RecSchedule", "ScheduleError", "recipes", "CompiledModel", "compile_count", "make_target", "load", "__version__",
 ]

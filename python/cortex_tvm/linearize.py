@@ -27,7 +27,7 @@ import numpy as np
 
 from .data import Node, _is_int, current_epoch, dag_postorder
 
-__all__ = ["NULL_SLOT", "Linearized", "linearize"]
+__all__ = ["NULL_SLOT", "Linearized", "linearize", "check_bounds"]
 
 NULL_SLOT = 0  # slot 0 is a "null node": its state stays zero.
 
@@ -391,3 +391,31 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
         node_slots=slot_of_node[:num_nodes],
         tree_sizes=np.array(tree_sizes, dtype=np.int32),
     )
+
+
+def check_bounds(lin: Linearized, max_children: int, vocab_size=None) -> None:
+    """Check that every index a kernel reads through stays inside its buffer.
+
+    ``linearize`` only produces valid arrays; this guards a Linearized that was
+    built or edited by hand (``CompiledModel.run``, ``compile(bounds_check=True)``).
+    Raises ValueError naming the array.
+    """
+    if not isinstance(lin, Linearized):
+        raise TypeError(f"expected a Linearized, got {type(lin).__name__}")
+    lo = np.asarray(lin.level_offsets)
+    if lo.ndim != 1 or len(lo) < 2 or lo[0] != 1 or np.any(np.diff(lo) < 0):
+        raise ValueError("level_offsets out of bounds: must start at 1 and never decrease")
+    n = int(lo[-1])
+    shapes = {"children": (n, max_children), "num_children": (n,), "words": (n,)}
+    for name, shape in shapes.items():
+        a = getattr(lin, name)
+        if a.dtype != np.int32 or a.shape != shape:
+            raise ValueError(f"{name} out of bounds: expected int32 {shape}, got {a.dtype} {a.shape}")
+    for name, a, hi in (("children", lin.children, n), ("roots", lin.roots, n),
+                        ("num_children", lin.num_children, max_children + 1),
+                        ("words", lin.words, vocab_size)):
+        if a.dtype != np.int32:
+            raise ValueError(f"{name} out of bounds: expected int32, got {a.dtype}")
+        if a.size and (a.min() < 0 or (hi is not None and a.max() >= hi)):
+            raise ValueError(f"{name} out of bounds: values must lie in [0, {hi}), "
+                             f"got [{a.min()}, {a.max()}]")

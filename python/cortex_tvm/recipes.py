@@ -38,6 +38,11 @@ class Recipe:
         unknown = set(values) - set(self.knobs)
         if unknown:
             raise ValueError(f"recipe {self.name!r} has no knobs {sorted(unknown)}; knobs: {sorted(self.knobs)}")
+        for name, value in values.items():
+            kinds = {_kind(c) for c in self.knobs[name]}
+            if kinds and _kind(value) not in kinds:
+                raise ValueError(f"recipe {self.name!r}: knob {name!r} takes values like {self.knobs[name]}, "
+                                 f"got {value!r}")
         return replace(self, chosen={**self.chosen, **values})
 
     def knob_values(self) -> dict:
@@ -91,6 +96,13 @@ class Recipe:
         raise ScheduleError(f"recipe {self.name!r} does not fit this model: " + "; ".join(errors[:3]))
 
 
+def _kind(value) -> str:
+    """A knob value's kind: bool, number or the type name (so 7 fits an int knob, "x" does not)."""
+    if isinstance(value, bool):
+        return "bool"
+    return "number" if isinstance(value, (int, float)) else type(value).__name__
+
+
 def auto(rs: RecSchedule) -> RecSchedule:
     """A generic schedule for any model: specialize, fast math, dense scratchpads, vectorize."""
     rs.specialize_leaves()
@@ -116,6 +128,15 @@ def load_file(path) -> Recipe:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        missing = [k for k in ("name", "steps") if k not in data]
+        if missing:
+            raise ValueError(f"missing keys {missing}")
+        if not isinstance(data["steps"], list) or not all(isinstance(x, dict) for x in data["steps"]):
+            raise ValueError('"steps" must be a list of {"primitive": ..., "args": ...} objects')
+        if not isinstance(data.get("knobs", {}), dict):
+            raise ValueError('"knobs" must be an object of knob name -> candidate list')
         return Recipe(data["name"], tuple(data["steps"]), data.get("model", "*"), data.get("target", "*"),
                       bool(data.get("default", False)), knobs=dict(data.get("knobs", {})))
     except (OSError, ValueError, KeyError, TypeError) as err:

@@ -34,8 +34,12 @@ class CompiledModel:
     """A compiled recursive model: `compiled(trees)` -> root states, numpy (B, *state shape).
 
     Weights are copied in at compile time.  Each thread gets its own state
-    buffers, so one CompiledModel can be called from several threads at once.
+    buffers, so one CompiledModel can be called from several threads at once
+    (docs/threads.md).
     """
+
+    #: validate a Linearized's index arrays in run() (set by compile(bounds_check=True))
+    bounds_check = False
 
     def __init__(self, model, lowered, executable, target, plan, weights, recipe_name):
         self.model_name = type(model).__name__
@@ -71,6 +75,8 @@ class CompiledModel:
 
         The state buffers belong to this thread's workspace: copy what you keep.
         """
+        if self.bounds_check:
+            _linearize.check_bounds(lin, self._max_children, self._vocab_bound)
         if self.target.kind.name == "cuda":
             return self._run_cuda(lin)
         states = self._state_buffers(lin.num_slots)
@@ -132,6 +138,12 @@ class CompiledModel:
             return out
         rows = states[0][lin.node_slots]
         return np.split(rows, np.cumsum(lin.tree_sizes)[:-1])
+
+    def export(self, path) -> str:
+        """Write the kernel library, weights and everything needed to run it to the directory
+        `path`; `cortex_tvm.load(path)` runs it in another process without compiling."""
+        from .export import export
+        return export(self, path)
 
     def inspect_source(self) -> str:
         """Generated source: CUDA for a GPU target, LLVM IR for the CPU."""

@@ -116,15 +116,17 @@ class Model:
             cache[specialize_leaves] = _lower.lower(self.program, specialize_leaves)
         return cache[specialize_leaves]
 
-    def compile(self, target="llvm", schedule=None, tuning_log=None):
+    def compile(self, target="llvm", schedule=None, tuning_log=None, bounds_check=False):
         """Lower, schedule and build; the result is called on a list of trees.
 
         schedule: a recipe name from `cortex_tvm.schedules` (default: the best
         for this model and target) or a callable taking a RecSchedule.
+        bounds_check=True: build with TVM's bound-check pass config and validate index arrays in run().
         The weights loaded now are the ones the compiled model uses.
         """
         from ..build import compile_model
-        return compile_model(self, target=target, schedule=schedule, tuning_log=tuning_log)
+        return compile_model(self, target=target, schedule=schedule, tuning_log=tuning_log,
+                             bounds_check=bounds_check)
 
     def as_relax(self, target="llvm"): from ..relax import as_relax; return as_relax(self, target)  # noqa: E704,E702
 

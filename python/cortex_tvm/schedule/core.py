@@ -8,6 +8,7 @@ again by name.
 """
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass, field, replace
 
@@ -140,7 +141,12 @@ class RecScheduleCore:
     def replay(self, steps) -> "RecScheduleCore":
         """Apply recorded steps (a list of {"primitive", "args"} dicts or a JSON string)."""
         if isinstance(steps, str):
-            steps = json.loads(steps)
+            try:
+                steps = json.loads(steps)
+            except ValueError as err:
+                raise ScheduleError(f"recipe: not valid JSON ({err})") from None
+        if not isinstance(steps, list):
+            raise ScheduleError(f"a recipe is a list of steps, got {type(steps).__name__}")
         for i, step in enumerate(steps):
             if not isinstance(step, dict) or "primitive" not in step:
                 raise ScheduleError(f"recipe step {i} is not a {{'primitive': ..., 'args': ...}} object")
@@ -151,6 +157,10 @@ class RecScheduleCore:
             args = step.get("args", {})
             if not isinstance(args, dict):
                 raise ScheduleError(f"recipe step {i}: args must be an object")
+            try:
+                inspect.signature(method).bind(self, **args)
+            except TypeError as err:
+                raise ScheduleError(f"recipe step {i} ({name}): {err}") from None
             getattr(self, name)(**args)
         return self
 

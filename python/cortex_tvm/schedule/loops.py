@@ -145,8 +145,10 @@ class LoopPrimitives:
         if kinds != [_SPATIAL, _SPATIAL] or len(loops) != 2:
             return False
         columns = sch.get(loops[1]).extent
-        if not isinstance(columns, tvm.tirx.IntImm) or columns.value % column_tile:
-            return False
+        gemm_columns = sch.get(gemm).iter_vars[-1 - self._num_reduce(gemm)].dom.extent
+        if (not isinstance(columns, tvm.tirx.IntImm) or columns.value % column_tile
+                or not isinstance(gemm_columns, tvm.tirx.IntImm) or gemm_columns.value != columns.value):
+            return False          # the tile's columns are not the consumer's columns
         if not self._reads_tile_columns_only(consumer, placed_buffers=self._written_by(block, consumer)):
             return False
         node_outer, node_inner = sch.split(loops[0], [None, node_tile])
@@ -159,6 +161,9 @@ class LoopPrimitives:
             return False
         self._vectorize_innermost(consumer, lanes)
         return True
+
+    def _num_reduce(self, block):
+        return sum(iv.iter_type == _REDUCE for iv in self.sch.get(block).iter_vars)
 
     def _written_by(self, block, consumer):
         """Buffers written by the tiled block and by blocks already placed in its tile."""

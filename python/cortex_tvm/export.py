@@ -1,0 +1,175 @@
+"""Export a CompiledModel to a directory; load it in another process without compiling.
+
+    compiled.export("model_dir")                  # lib.so + meta.json + weights.npz
+    compiled = cortex_tvm.load("model_dir")       # no TVM compilation, no model object needed
+    compiled = cortex_tvm.load("model_dir", weights={...})   # other weights, same layout
+
+The directory holds:
+  lib.so        the kernel(s), from TVM's `export_library`
+  meta.json     format version, model class, recipe, target, runtime plan, kernel parameter
+                names / shapes / dtypes (the model's layout, before packing), states, per-node
+                inputs, max_children, structure kind (tree/dag), vocabulary bound, versions
+  weights.npz   the weight arguments exactly as the kernel takes them (packed, hoisted tables)
+Each file is written to a temporary name and renamed into place; meta.json comes last.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from types import SimpleNamespace
+
+import numpy as np
+
+FORMAT = 1
+LIB, META, WEIGHTS = "lib.so", "meta.json", "weights.npz"
+
+
+def _atomic(path, write):
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _tuples(value):
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def export(compiled, path) -> str:
+    """Write `compiled` to the directory `path` (created if needed); returns the path."""
+    import tvm
+    import cortex_tvm
+
+    path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"export: {path!r} exists and is not a directory")
+    os.makedirs(path, exist_ok=True)
+    lowered = compiled.lowered
+    program = lowered.program
+    meta = {
+        "format": FORMAT,
+        "model": compiled.model_name,
+        "recipe": compiled.recipe_name,
+        "target": str(compiled.target),
+        "plan": dataclasses.asdict(compiled.plan),
+        "params": [{"name": w.name, "shape": [int(d) for d in w.shape], "dtype": str(w.dtype)}
+                   for w in lowered.weights],
+        "states": [{"name": s.name, "shape": [int(d) for d in s.shape], "dtype": str(s.dtype)}
+                   for s in program.states],
+        "node_inputs": [{"name": i.name, "bound": int(i.bound)} for i in lowered.node_inputs],
+        "uses_num_children": bool(lowered.uses_num_children),
+        "specialized": bool(lowered.specialized),
+        "max_children": int(program.spec.max_children),
+        "kind": program.spec.kind,
+        "vocab_bound": compiled._vocab_bound,
+        "versions": {"cortex_tvm": cortex_tvm.__version__, "tvm": tvm.__version__},
+    }
+    _atomic(os.path.join(path, LIB), compiled.executable.export_library)
+
+    def write_weights(tmp):
+        with open(tmp, "wb") as f:
+            np.savez(f, **{w.name: a for w, a in zip(lowered.weights, compiled._weights)})
+    _atomic(os.path.join(path, WEIGHTS), write_weights)
+
+    def write_meta(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=1)
+    _atomic(os.path.join(path, META), write_meta)
+    return path
+
+
+def _read_meta(path):
+    meta_path = os.path.join(path, META)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"load: {path!r} is not a directory written by CompiledModel.export")
+    if not os.path.exists(meta_path):
+        raise FileNotFoundError(f"load: {path!r} has no {META}; not a directory written by CompiledModel.export")
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except ValueError as err:
+        raise ValueError(f"load: {meta_path} is corrupt ({err})") from err
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(f"load: {meta_path} has format {meta.get('format') if isinstance(meta, dict) else None!r}, "
+                         f"this cortex_tvm reads format {FORMAT}")
+    return meta
+
+
+def _given_weights(meta, weights):
+    """User weights in the kernel parameters' layout (before packing): validated, float32 copies."""
+    from . import models
+    from .models.base import _to_numpy
+
+    if not hasattr(weights, "items"):
+        raise TypeError(f"load: weights must be a dict of arrays, got {type(weights).__name__}")
+    aliases = getattr(getattr(models, meta["model"], None), "aliases", {})
+    given = {aliases.get(k, k): v for k, v in weights.items()}
+    expected = {p["name"]: p for p in meta["params"]}
+    missing, extra = sorted(set(expected) - set(given)), sorted(set(given) - set(expected))
+    if missing:
+        raise ValueError(f"load: missing weights {missing} (this kernel takes {sorted(expected)})")
+    if extra:
+        raise ValueError(f"load: unexpected weights {extra} (this kernel takes {sorted(expected)})")
+    out = {}
+    for name, p in expected.items():
+        w = _to_numpy(name, given[name])
+        if w.dtype != np.dtype(p["dtype"]):
+            raise TypeError(f"load: weight {name!r}: dtype {w.dtype}, expected {p['dtype']}")
+        if list(w.shape) != p["shape"]:
+            raise ValueError(f"load: weight {name!r}: shape {tuple(w.shape)}, expected {tuple(p['shape'])}")
+        if not np.all(np.isfinite(w)):
+            raise ValueError(f"load: weight {name!r}: contains NaN or infinity")
+        out[name] = w
+    return out
+
+
+def load(path, weights=None):
+    """A CompiledModel from a directory written by `CompiledModel.export`; compiles nothing.
+
+    weights: None (the bundled ones) or a dict name -> numpy array / torch tensor
+    with exactly the kernel's parameters (meta.json "params": the model's weight
+    names, or for a hoisted schedule the `<state>_table` leaf tables) in the
+    model's layout (unpacked; packing is redone here), float32.
+    """
+    import tvm
+    from tvm.target import Target
+
+    from . import passes, ra
+    from .runtime import CompiledModel
+    from .schedule import RuntimePlan
+
+    path = os.fspath(path)
+    meta = _read_meta(path)
+    plan_fields = {f.name for f in dataclasses.fields(RuntimePlan)}
+    plan = RuntimePlan(**{k: _tuples(v) for k, v in meta["plan"].items() if k in plan_fields})
+    if weights is None:
+        with np.load(os.path.join(path, WEIGHTS)) as npz:
+            arrays = [np.ascontiguousarray(npz[p["name"]]) for p in meta["params"]]
+    else:
+        given = _given_weights(meta, weights)
+        packs = {p[0]: p[1:] for p in plan.packs}
+        arrays = []
+        for p in meta["params"]:
+            a = given[p["name"]]
+            if p["name"] in packs:
+                a = passes.pack_array(a, passes.tile_axis(*packs[p["name"]]))
+            arrays.append(np.array(a, dtype=p["dtype"], order="C", copy=True))
+    executable = tvm.runtime.Executable(tvm.runtime.load_module(os.path.join(path, LIB)))
+    spec = (ra.DAG if meta["kind"] == "dag" else ra.Tree)(max_children=meta["max_children"])
+    lowered = SimpleNamespace(
+        program=SimpleNamespace(spec=spec, states=[SimpleNamespace(name=s["name"], shape=tuple(s["shape"]),
+                                                                   dtype=s["dtype"]) for s in meta["states"]]),
+        weights=[SimpleNamespace(name=p["name"], shape=tuple(p["shape"]), dtype=p["dtype"]) for p in meta["params"]],
+        node_inputs=[SimpleNamespace(**i) for i in meta["node_inputs"]],
+        uses_num_children=meta["uses_num_children"], specialized=meta["specialized"],
+        first_level=1 if meta["specialized"] else 0)
+    compiled = CompiledModel(SimpleNamespace(vocab_bound=meta["vocab_bound"]), lowered, executable,
+                             Target(meta["target"]), plan, arrays, meta["recipe"])
+    compiled.model_name = meta["model"]
+    return compiled

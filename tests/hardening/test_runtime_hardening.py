@@ -1,0 +1,216 @@
+"""Bounds checking, threads, the compile cache (in-process and on disk), export/load, memory."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm.data import Node, random_trees
+
+import reference as ref
+
+H = 16
+
+
+@pytest.fixture(scope="module")
+def sst():
+    return ct.data.sst_sample()
+
+
+@pytest.fixture(scope="module")
+def fc(sst):
+    model = ct.models.TreeFC(hidden_size=H, vocab_size=len(sst[1]))
+    return model, model.compile()
+
+
+def _run(script, env=None, timeout=180):
+    env = {**os.environ, **(env or {})}     # same TVM_NUM_THREADS: the "llvm" target records it
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+# ------------------------------------------------------------------ bounds
+
+def test_bounds_checked_build_runs_sst_without_report(sst, fc):
+    model, plain = fc
+    checked = model.compile(bounds_check=True)
+    assert checked.bounds_check and not plain.bounds_check
+    trees = sst[0]
+    for i in range(0, len(trees), 64):
+        np.testing.assert_allclose(checked(trees[i:i + 64]), plain(trees[i:i + 64]), atol=1e-6)
+    # a hand-edited index array is refused before the kernel could read out of bounds
+    lin = checked.linearize(trees[:3])
+    children = lin.children.copy()
+    children[-1, 0] = 10 ** 6
+    with pytest.raises(ValueError, match="children out of bounds"):
+        checked.run(replace(lin, children=children))
+    words = lin.words.copy()
+    words[1] = len(sst[1])
+    with pytest.raises(ValueError, match="words out of bounds"):
+        checked.run(replace(lin, words=words))
+    np.testing.assert_allclose(checked(trees[:3]), plain(trees[:3]), atol=1e-6)
+
+
+# ------------------------------------------------------------------ threads
+
+def test_eight_threads_200_calls_each_equal_serial(sst, fc):
+    _, compiled = fc
+    trees = sst[0]
+    batches = [trees[i * 7:i * 7 + 1 + i] for i in range(8)]            # different sizes per thread
+    batches[3] = [Node(word=5)]
+    batches[5] = trees[200:260]
+    serial = [compiled(b) for b in batches]
+    errors, mismatches = [], []
+    barrier = threading.Barrier(8)
+
+    def work(i):
+        try:
+            barrier.wait()
+            for _ in range(200):
+                out = compiled(batches[i])
+                if not np.array_equal(out, serial[i]):
+                    mismatches.append(i)
+        except Exception as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors and not mismatches
+
+
+# ------------------------------------------------------------------ compile cache
+
+def test_same_model_twice_reuses_build_and_calls_never_recompile(sst):
+    model = ct.models.TreeFC(hidden_size=H, vocab_size=len(sst[1]), seed=3)
+    first = model.compile()
+    count = ct.compile_count()
+    second = ct.models.TreeFC(hidden_size=H, vocab_size=len(sst[1]), seed=3).compile()
+    assert ct.compile_count() == count
+    assert second.executable is first.executable
+    trees = sst[0][:1000]
+    sizes = [1, 2, 3, 5, 8, 13, 21, 34, 55, 89]
+    i = 0
+    while i < len(trees):
+        n = sizes[i % len(sizes)]
+        first(trees[i:i + n])
+        i += n
+    assert ct.compile_count() == count
+
+
+def test_disk_cache_second_process_compiles_nothing(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("CORTEX_TVM_CACHE_DIR", str(cache))
+    model = ct.models.TreeFC(hidden_size=8, vocab_size=23, seed=5)    # sizes no other test builds
+    count = ct.compile_count()
+    compiled = model.compile(schedule="auto")
+    assert ct.compile_count() == count + 1
+    entries = os.listdir(cache)
+    assert len(entries) == 1 and entries[0].endswith(".so"), entries   # no temp files left behind
+    trees = random_trees(6, (1, 12), seed=2, vocab_size=23)
+    np.save(tmp_path / "want.npy", compiled(trees))
+    out = _run(f"""
+        import numpy as np, cortex_tvm as ct
+        m = ct.models.TreeFC(hidden_size=8, vocab_size=23, seed=5)
+        c = m.compile(schedule="auto")
+        got = c(ct.data.random_trees(6, (1, 12), seed=2, vocab_size=23))
+        np.testing.assert_array_equal(got, np.load({str(tmp_path / 'want.npy')!r}))
+        print("compiles", ct.compile_count())
+    """, env={"CORTEX_TVM_CACHE_DIR": str(cache)})
+    assert "compiles 0" in out
+
+
+def test_disk_cache_key_covers_source_target_and_pass_config(tmp_path, monkeypatch):
+    from cortex_tvm import build
+    monkeypatch.setenv("CORTEX_TVM_CACHE_DIR", str(tmp_path))
+    model = ct.models.TreeFC(hidden_size=8, vocab_size=23)
+    mod = model.lower().mod
+    llvm = ct.make_target("llvm")
+    a = build._disk_path(mod, llvm, {})
+    assert a == build._disk_path(mod, llvm, {})
+    assert a != build._disk_path(mod, llvm, build.BOUNDS_CHECK)
+    assert a != build._disk_path(mod, ct.make_target({"kind": "llvm"}), {})
+    assert a != build._disk_path(ct.models.TreeFC(hidden_size=16, vocab_size=23).lower().mod, llvm, {})
+    monkeypatch.setattr(build, "_source_fingerprint", "edited")
+    assert a != build._disk_path(mod, llvm, {})
+
+
+# ------------------------------------------------------------------ export / load
+
+def test_export_load_in_fresh_process(tmp_path, sst):
+    V = len(sst[1])
+    model = ct.models.TreeLSTM(hidden_size=H, vocab_size=V)      # default recipe: packs and hoists
+    compiled = model.compile()
+    path = compiled.export(tmp_path / "lstm")
+    assert sorted(os.listdir(path)) == ["lib.so", "meta.json", "weights.npz"]
+    np.save(tmp_path / "want.npy", compiled(sst[0][:50]))
+    # weights at load: a TreeFC on the "none" schedule takes the model's own parameters
+    fc = ct.models.TreeFC(hidden_size=H, vocab_size=V)
+    fc_path = fc.compile().export(tmp_path / "fc")              # packs W
+    rng = np.random.default_rng(0)
+    new = {k: (rng.standard_normal(v.shape) * 0.3).astype(np.float32) for k, v in fc.weights.items()}
+    np.savez(tmp_path / "new.npz", **new)
+    np.save(tmp_path / "want_fc.npy", ref.roots("TreeFC", sst[0][:20], new))
+    out = _run(f"""
+        import numpy as np, cortex_tvm as ct
+        trees, _ = ct.data.sst_sample()
+        c = ct.load({str(path)!r})
+        assert c.model_name == "TreeLSTM" and c.recipe_name == "treelstm_llvm", (c.model_name, c.recipe_name)
+        np.testing.assert_array_equal(c(trees[:50]), np.load({str(tmp_path / 'want.npy')!r}))
+        per_node = c(trees[:3], all_nodes=True)
+        assert [len(p) for p in per_node] == [len(ct.data.postorder(t)) for t in trees[:3]]
+        try:
+            c([ct.data.Node(word=10 ** 6)])
+            raise SystemExit("vocabulary bound not kept")
+        except ValueError as err:
+            assert "vocabulary" in str(err)
+        new = dict(np.load({str(tmp_path / 'new.npz')!r}))
+        f = ct.load({str(fc_path)!r}, weights=new)
+        np.testing.assert_allclose(f(trees[:20]), np.load({str(tmp_path / 'want_fc.npy')!r}), atol=1e-4)
+        print("compiles", ct.compile_count())
+    """)
+    assert "compiles 0" in out
+
+
+def test_load_weights_validated(tmp_path):
+    fc = ct.models.TreeFC(hidden_size=H, vocab_size=30)
+    path = fc.compile().export(tmp_path / "fc")
+    good = {k: v.copy() for k, v in fc.weights.items()}
+    with pytest.raises(ValueError, match="missing weights"):
+        ct.load(path, weights={"emb": good["emb"]})
+    with pytest.raises(TypeError, match="dtype"):
+        ct.load(path, weights={**good, "b": good["b"].astype(np.float64)})
+    with pytest.raises(TypeError, match="dict"):
+        ct.load(path, weights=[1, 2])
+    aliased = {"emb.weight": good["emb"], "W.weight": good["W"], "W.bias": good["b"]}
+    trees = random_trees(4, (1, 8), seed=1, vocab_size=30)
+    np.testing.assert_allclose(ct.load(path, weights=aliased)(trees), fc.reference(trees), atol=1e-5)
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        ct.load(tmp_path / "nowhere")
+
+
+# ------------------------------------------------------------------ memory
+
+def test_10000_calls_do_not_grow_memory(sst):
+    psutil = pytest.importorskip("psutil")
+    model = ct.models.TreeFC(hidden_size=8, vocab_size=len(sst[1]))
+    compiled = model.compile(schedule="none")
+    batches = [sst[0][i:i + 3] for i in range(0, 30, 3)]
+    for i in range(500):                                  # warm-up: workspaces, caches
+        compiled(batches[i % len(batches)], all_nodes=(i % 7 == 0))
+    proc = psutil.Process()
+    before = proc.memory_info().rss
+    for i in range(10_000):
+        compiled(batches[i % len(batches)], all_nodes=(i % 7 == 0))
+    after = proc.memory_info().rss
+    assert after < before * 1.05, f"RSS grew from {before / 2**20:.1f} MiB to {after / 2**20:.1f} MiB"
