@@ -25,7 +25,7 @@ def compile_count() -> int:
 
 
 def make_target(target) -> Target:
-    """A TVM Target from "llvm", "cuda", a dict or a Target.
+    """A TVM Target from "llvm", "cuda", "aarch64", a dict or a Target.
 
     "llvm" means this machine's CPU with all its cores (TVM's "native" falls
     back to a generic CPU in this version, so the CPU is detected here).
@@ -39,8 +39,11 @@ def make_target(target) -> Target:
                        "num-cores": config.load().num_threads})
     if target == "cuda":
         return Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
+    if target == "aarch64":          # a 64-bit ARM CPU with NEON (cross-compilation)
+        return Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]})
     if isinstance(target, str):
-        raise ValueError(f"unknown target {target!r}: use 'llvm', 'cuda', a dict or a tvm.target.Target")
+        raise ValueError(f"unknown target {target!r}: use 'llvm', 'cuda', 'aarch64', a dict or a "
+                         "tvm.target.Target")
     raise TypeError(f"target must be a string, dict or tvm.target.Target, got {type(target).__name__}")
 
 
@@ -182,8 +185,8 @@ def hoisted_tables(model, rs, recipe, target) -> dict:
     from .runtime import CompiledModel, weight_arrays
     from .schedule import RecSchedule, ScheduleError, split_per_level
 
-    if target.kind.name != "llvm":
-        target = make_target("llvm")
+    if str(target) != str(make_target("llvm")):      # a GPU or another CPU: the tables are values,
+        target = make_target("llvm")                  # computed on this machine's CPU
         recipe = recipes.resolve(model, target, None)
         if recipe.knobs:
             recipe = recipe.fitted(lambda: RecSchedule(model.lower(specialize_leaves=False)))
@@ -207,3 +210,19 @@ def hoisted_tables(model, rs, recipe, target) -> dict:
     _, states = table_model.run(lin)
     rows = lin.node_slots
     return {table: states[i][rows].copy() for i, (_, table) in enumerate(rs.plan.hoisted)}
+
+
+def cross_compile(model, target, path, schedule=None) -> str:
+    """Compile `model` for another machine and write the code as an object file at `path`.
+
+    The object holds the kernel (`cortex_main`, or the per-level functions);
+    link it into a shared library with that machine's toolchain and run it
+    with the weights from `compiled.export` semantics.  Returns `path`.
+    """
+    from .schedule import split_per_level
+
+    tgt = make_target(target)
+    rs, _ = schedule_model(model, tgt, schedule)
+    mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod
+    build_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
+    return str(path)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 
+from .adaptive import AdaptiveModel
 from .apply import SHIPPED, apply_best, recipe_from_log
 from .cost_model import CostModel, spearman
 from .database import Database, TuningRecord
@@ -24,7 +25,7 @@ from .search import SearchConfig, search
 from .space import Space, TuningPoint
 from .workload import Workload
 
-__all__ = ["tune", "apply_best", "recipe_from_log", "SHIPPED", "Space", "TuningPoint", "Workload",
+__all__ = ["tune", "AdaptiveModel", "apply_best", "recipe_from_log", "SHIPPED", "Space", "TuningPoint", "Workload",
            "CostModel", "spearman", "Database", "TuningRecord", "Measurer", "MeasureResult",
            "WorkloadStats", "SearchConfig", "search", "tuning_batches"]
 
