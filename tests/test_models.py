@@ -73,7 +73,7 @@ def test_default_recipe_and_plan(zoo):
     assert zoo.compiled.recipe_name == want
     assert isinstance(zoo.compiled.plan, ct.schedule.RuntimePlan)
     assert isinstance(zoo.compiled.lowered, ct.lower.Lowered)
-    assert not zoo.compiled.plan.per_level and callable(zoo.compiled._main)
+    assert not zoo.compiled.plan.per_level and len(zoo.compiled._functions) == 1
 
 
 def test_random_trees(zoo):
@@ -390,10 +390,8 @@ def no_kernel(monkeypatch):
     def install(compiled):
         def forbidden(*args):
             raise AssertionError("the kernel ran on bad input")
-        kernels = ("_leaves", "_level", "_roots") if compiled.plan.per_level else ("_main",)
-        for name in kernels:
-            assert callable(getattr(compiled, name))
-            monkeypatch.setattr(compiled, name, forbidden)
+        assert compiled._functions and all(callable(f) for f in compiled._functions)
+        monkeypatch.setattr(compiled, "_functions", [forbidden] * len(compiled._functions))
         return compiled
     return install
 

@@ -34,7 +34,7 @@ import tvm
 from tvm import relax, tirx
 
 from . import build as _build
-from .runtime import weight_arrays
+from .runtime import layout, structure_args, weight_arrays
 
 __all__ = ["RecursiveCall", "as_relax"]
 
@@ -65,7 +65,6 @@ class RecursiveCall:
         self.func = _with_shape_param(rs.func, "max_level_size")
         self.weights = weight_arrays(model, rs, tables)
         self.states = rs.lowered.program.states
-        self.allow_shared = getattr(rs.lowered.program.spec, "kind", "tree") == "dag"
 
         K = rs.lowered.program.spec.max_children
         N, L1, B, M = (tirx.Var(name, "int64") for name in ("num_slots", "num_levels_plus_1", "batch",
@@ -101,10 +100,7 @@ class RecursiveCall:
         return bb.emit(relax.TupleGetItem(result, len(states)))
 
     def linearize(self, trees):
-        from . import linearize as _linearize
-        return _linearize.linearize(trees, self.lowered.program.spec.max_children, pad=self.plan.node_tile,
-                                    vocab_size=self.model.vocab_bound, batching=self.plan.dynamic_batching,
-                                    allow_shared=self.allow_shared)
+        return layout(trees, self.lowered, self.plan, self.model.vocab_bound)
 
     def make_inputs(self, trees, device=None) -> list:
         """The arguments of the structure parameters (`self.params`) for a batch of trees."""
@@ -113,12 +109,8 @@ class RecursiveCall:
 
         def tensor(a):
             return tvm.runtime.tensor(np.ascontiguousarray(a, dtype=np.int32), device)
-        args = [tensor(lin.words) for _ in self.lowered.node_inputs]
-        args.append(tensor(lin.children))
-        if self.lowered.uses_num_children:
-            args.append(tensor(lin.num_children))
-        args += [tensor(lin.level_offsets), tensor(lin.roots), tvm.runtime.ShapeTuple([lin.max_level_size])]
-        return args
+        *args, max_level_size = structure_args(lin, self.lowered, tensor)
+        return args + [tvm.runtime.ShapeTuple([max_level_size])]
 
 
 def as_relax(model, target="llvm", schedule=None):

@@ -23,11 +23,45 @@ def weight_arrays(model, rs, tables: dict) -> list:
     return out
 
 
+def layout(trees, lowered, plan, vocab_bound) -> _linearize.Linearized:
+    """Validate and lay out a batch the way a scheduled kernel expects (padding, batching, DAGs)."""
+    spec = lowered.program.spec
+    return _linearize.linearize(trees, spec.max_children, pad=plan.node_tile, vocab_size=vocab_bound,
+                                batching=plan.dynamic_batching, allow_shared=spec.kind == "dag")
+
+
+def structure_args(lin: _linearize.Linearized, lowered, put=lambda a: a) -> list:
+    """The kernel's leading arguments (per-node inputs, children, ..., roots, max_level_size),
+    each index array passed through `put` (e.g. a copy to a device)."""
+    args = [put(lin.words) for _ in lowered.node_inputs]
+    args.append(put(lin.children))
+    if lowered.uses_num_children:
+        args.append(put(lin.num_children))
+    return args + [put(lin.level_offsets), put(lin.roots), int(lin.max_level_size)]
+
+
+def launch(functions, args, lin, lowered, plan):
+    """Run the kernel(s): one call, or leaves + one call per level + roots (`per_level_kernels`)."""
+    if plan.per_level:
+        leaves, level_fn, roots = functions
+        leaves(*args)
+        for level in range(lowered.first_level, lin.num_levels):
+            level_fn(*args, level)
+        roots(*args)
+    else:
+        functions[0](*args)
+
+
 class _Workspace(threading.local):
     """Per-thread state buffers, grown to the largest batch seen and reused."""
 
     def __init__(self):
         self.states = None
+
+
+def kernel_names(plan) -> tuple:
+    """The functions a plan's executor calls, in `launch` order."""
+    return (LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC) if plan.per_level else (FUNC_NAME,)
 
 
 class CompiledModel:
@@ -51,16 +85,11 @@ class CompiledModel:
         self._states = lowered.program.states
         self._weights = weights
         self._workspace = _Workspace()
-        if plan.per_level:
-            self._leaves, self._level, self._roots = (executable[n] for n in (LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC))
-        else:
-            self._main = executable[FUNC_NAME]
+        self._functions = [executable[n] for n in kernel_names(plan)]
 
     def linearize(self, trees) -> _linearize.Linearized:
         """Validate and lay out a batch the way this kernel expects (padding, batching)."""
-        return _linearize.linearize(trees, self._max_children, pad=self.plan.node_tile,
-                                    vocab_size=self._vocab_bound, batching=self.plan.dynamic_batching,
-                                    allow_shared=self._shared_nodes)
+        return layout(trees, self.lowered, self.plan, self._vocab_bound)
 
     def _state_buffers(self, num_slots):
         ws = self._workspace
@@ -82,18 +111,8 @@ class CompiledModel:
         states = self._state_buffers(lin.num_slots)
         first = self._states[0]
         out = np.empty((len(lin.roots),) + first.shape, first.dtype)
-        args = [lin.words for _ in self.lowered.node_inputs]
-        args.append(lin.children)
-        if self.lowered.uses_num_children:
-            args.append(lin.num_children)
-        args += [lin.level_offsets, lin.roots, lin.max_level_size, *self._weights, *states, out]
-        if self.plan.per_level:
-            self._leaves(*args)
-            for level in range(self.lowered.first_level, lin.num_levels):
-                self._level(*args, level)
-            self._roots(*args)
-        else:
-            self._main(*args)
+        launch(self._functions, structure_args(lin, self.lowered) + [*self._weights, *states, out],
+               lin, self.lowered, self.plan)
         return out, states
 
     def _run_cuda(self, lin: _linearize.Linearized):
@@ -113,19 +132,8 @@ class CompiledModel:
         states = [put(np.zeros((lin.num_slots,) + s.shape, s.dtype)) for s in self._states]
         first = self._states[0]
         out = put(np.empty((len(lin.roots),) + first.shape, first.dtype))
-        args = [put(lin.words) for _ in self.lowered.node_inputs]
-        args.append(put(lin.children))
-        if self.lowered.uses_num_children:
-            args.append(put(lin.num_children))
-        args += [put(lin.level_offsets), put(lin.roots), int(lin.max_level_size), *self._cuda_weights,
-                 *states, out]
-        if self.plan.per_level:
-            self._leaves(*args)
-            for level in range(self.lowered.first_level, lin.num_levels):
-                self._level(*args, level)
-            self._roots(*args)
-        else:
-            self._main(*args)
+        launch(self._functions, structure_args(lin, self.lowered, put) + [*self._cuda_weights, *states, out],
+               lin, self.lowered, self.plan)
         device.sync()
         return out.numpy(), [s.numpy() for s in states]
 

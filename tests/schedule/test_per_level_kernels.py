@@ -57,10 +57,9 @@ def test_preconditions(fresh):
 def test_same_numbers(check_numbers, batches, name):
     per_level = check_numbers(name, lambda rs: (rs.specialize_leaves(), rs.per_level_kernels()))
     assert per_level.plan.per_level
-    assert all(callable(k) for k in (per_level._leaves, per_level._level, per_level._roots))
-    assert not hasattr(per_level, "_main")
+    assert len(per_level._functions) == 3 and all(callable(k) for k in per_level._functions)
     single = check_numbers(name, lambda rs: (rs.specialize_leaves(), rs.per_level_kernels(), rs.single_kernel()))
-    assert not single.plan.per_level and callable(single._main)
+    assert not single.plan.per_level and len(single._functions) == 1
     for batch in batches:
         np.testing.assert_allclose(per_level(batch), single(batch), atol=1e-6, rtol=0)
     # unspecialized: the level kernel computes the leaves as level 0

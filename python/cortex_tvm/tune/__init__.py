@@ -21,32 +21,38 @@ from .cost_model import CostModel, spearman
 from .database import Database, TuningRecord
 from .features import WorkloadStats
 from .measure import MeasureResult, Measurer, tuning_batches
+from .rpc import RPCMeasurer
 from .search import SearchConfig, search
 from .space import Space, TuningPoint
 from .workload import Workload
 
 __all__ = ["tune", "AdaptiveModel", "apply_best", "recipe_from_log", "SHIPPED", "Space", "TuningPoint", "Workload",
-           "CostModel", "spearman", "Database", "TuningRecord", "Measurer", "MeasureResult",
+           "CostModel", "spearman", "Database", "TuningRecord", "Measurer", "RPCMeasurer", "MeasureResult",
            "WorkloadStats", "SearchConfig", "search", "tuning_batches"]
 
 
 def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: int = 10, target="llvm",
          seconds: float | None = None, seed: int = 0, repeats: int = 5, max_batches: int = 16,
-         knobs: dict | None = None, progress=True) -> TuningPoint | None:
+         knobs: dict | None = None, progress=True, rpc: tuple | None = None) -> TuningPoint | None:
     """Search the knobs of the model's recipe; every trial is appended to `log`.
 
     trials counts the records the log already has for this workload, so
     rerunning an interrupted tune finishes it.  Timing uses `trees` (default:
     the bundled SST sample) in batches of `batch_size`.  Returns the best
     point measured (None if every trial failed).  progress: True (a line per
-    trial on stderr), False, or a file.
+    trial on stderr), False, or a file.  rpc: (tracker host, port, device key)
+    to measure on a remote device through TVM's RPC tracker (see `tune.rpc`).
     """
     progress = sys.stderr if progress is True else (progress or None)
     from ..build import make_target
     tgt = make_target(target)
     batches = tuning_batches(model, trees, batch_size, max_batches)
     space = Space(model, tgt, knobs=knobs)
-    measurer = Measurer(model, batches, tgt, repeats=repeats)
+    if rpc is None:
+        measurer = Measurer(model, batches, tgt, repeats=repeats)
+    else:
+        host, port, key = rpc
+        measurer = RPCMeasurer(model, batches, tgt, repeats=repeats, tracker_host=host, tracker_port=port, key=key)
     workload = Workload.of(model, tgt, batch_size)
     config = SearchConfig(trials=trials, seconds=seconds, seed=seed)
     best = search(space, measurer, Database(log), workload, WorkloadStats.of(model, batches), config, progress)

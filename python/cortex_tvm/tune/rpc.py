@@ -1,0 +1,101 @@
+"""Measuring tuning points on another machine through TVM's RPC (tracker + servers).
+
+The user's workstation schedules and builds for the device's target, exports
+a shared library, and a server registered at the tracker under `key`
+uploads it, loads it and times the kernel with TVM's `time_evaluator` on
+the device.  The host-side part of a call (linearization) is timed where the
+tuner runs.  As with local measurement, a failure is a data point (inf),
+never fatal.
+
+    python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port 9190            # anywhere
+    python -m tvm.exec.rpc_server --tracker HOST:9190 --key arm-board     # on the device
+    tune.tune(model, trials=32, log="arm.jsonl", target=arm_target, rpc=("HOST", 9190, "arm-board"))
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+
+import numpy as np
+
+from .measure import TOLERANCE, MeasureResult, Measurer
+
+
+@dataclass
+class RPCMeasurer(Measurer):
+    """A Measurer whose kernels run on an RPC server found through a tracker."""
+
+    tracker_host: str = "127.0.0.1"
+    tracker_port: int = 9190
+    key: str = "cortex"
+    session_timeout: float = 120.0
+    cc: str | None = None          # compiler for export_library (a cross compiler for another ISA)
+
+    connect_timeout: float = 5.0
+
+    def session(self):
+        import socket
+
+        from tvm import rpc
+        try:        # TVM's own client retries for a minute; say at once that nothing listens
+            socket.create_connection((self.tracker_host, self.tracker_port), self.connect_timeout).close()
+        except OSError as err:
+            raise ConnectionError(f"no RPC tracker at {self.tracker_host}:{self.tracker_port}: {err}") from None
+        return rpc.connect_tracker(self.tracker_host, self.tracker_port).request(
+            self.key, session_timeout=self.session_timeout)
+
+    def measure(self, space, point) -> MeasureResult:
+        from .. import build
+        from ..runtime import kernel_names, layout, structure_args, weight_arrays
+        from ..timing import best_of
+        start = time.perf_counter()
+        try:
+            reason = space.check(point)
+            if reason is not None:
+                return MeasureResult(error=f"invalid: {reason}")
+            target = build.make_target(self.target)
+            rs, recipe = build.schedule_model(self.model, target, space.recipe_for(point))
+            if rs.plan.per_level:
+                return MeasureResult(error="invalid: remote measurement times one kernel call "
+                                           "(per_level_kernels is not supported)")
+            tables = build.hoisted_tables(self.model, rs, recipe, target) if rs.plan.hoisted else {}
+            executable = build.build_module(rs.mod, target, rs.plan.pass_config())
+            build_s = time.perf_counter() - start
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "kernel.so")
+                executable.export_library(path, **({"cc": self.cc} if self.cc else {}))
+                remote = self.session()
+                remote.upload(path)
+                module = remote.load_module("kernel.so")
+            device = remote.cpu(0)
+            import tvm
+
+            def put(a):
+                return tvm.runtime.tensor(np.ascontiguousarray(a), device)
+            weights = [put(w) for w in weight_arrays(self.model, rs, tables)]
+            states = rs.lowered.program.states
+            name = kernel_names(rs.plan)[0]
+            times = []
+            for i, batch in enumerate(self.batches):
+                lin = layout(batch, rs.lowered, rs.plan, self.model.vocab_bound)
+                out = put(np.zeros((len(lin.roots),) + states[0].shape, states[0].dtype))
+                args = structure_args(lin, rs.lowered, put) + weights + [
+                    put(np.zeros((lin.num_slots,) + s.shape, s.dtype)) for s in states] + [out]
+                if i == 0:
+                    module[name](*args)
+                    diff = float(np.abs(out.numpy() - self.expected()).max())
+                    if not diff <= TOLERANCE:
+                        return MeasureResult(error=f"wrong numbers on the remote device: max |diff| = {diff:.3g}",
+                                             build_s=build_s)
+                timer = module.time_evaluator(name, device, number=1, repeat=self.repeats)
+                kernel = min(timer(*args).results)
+                host = best_of(lambda b: layout(b, rs.lowered, rs.plan, self.model.vocab_bound), batch,
+                               self.repeats)
+                times.append(kernel + host)
+            return MeasureResult(tuple(times), None, build_s)
+        except Exception as err:        # a failed build, upload or run is a data point, not a crash
+            last = traceback.format_exception_only(type(err), err)[-1].strip()
+            return MeasureResult(error=last[:2000], build_s=time.perf_counter() - start)
