@@ -14,7 +14,8 @@ KNOBS = {"node_tile": [1, 2], "k_unroll": [4, 8], "unroll_depth": [1], "persist"
 
 def test_tiny_tune_then_compile_from_log(fc32, trees, tmp_path, capsys):
     log = tmp_path / "tuning.jsonl"
-    best = tune.tune(fc32, trials=3, log=log, trees=trees, batch_size=10, repeats=1, max_batches=2, knobs=KNOBS)
+    best = tune.tune(fc32, trials=3, log=log, trees=trees, batch_size=10, repeats=1, max_batches=2, knobs=KNOBS,
+                     confirm_rounds=0)
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(lines) == 3 and all(r["error"] is None for r in lines)
     assert all(r["recipe"].startswith("treefc_llvm@") and r["tvm"] and r["cortex_tvm"] for r in lines)
@@ -34,6 +35,20 @@ def test_tiny_tune_then_compile_from_log(fc32, trees, tmp_path, capsys):
     # resume: the same budget again measures nothing new
     tune.tune(fc32, trials=3, log=log, trees=trees, repeats=1, max_batches=2, knobs=KNOBS, progress=None)
     assert len(log.read_text().splitlines()) == 3
+
+
+def test_leaders_are_retimed_and_ranked_by_their_mean(fc32, trees, tmp_path):
+    log = tmp_path / "tuning.jsonl"
+    best = tune.tune(fc32, trials=3, log=log, trees=trees, repeats=1, max_batches=2, knobs=KNOBS,
+                     progress=None, confirm_rounds=2)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    points = {}
+    for r in records:
+        points.setdefault(TuningPoint.from_json(r["knobs"]), []).append(r["mean"])
+    assert len(points) == 3 and len(records) == 3 + 2 * 3          # top 3 (the default among them), twice
+    assert all(len(means) == 3 for means in points.values())
+    ranked = min(points, key=lambda p: sum(points[p]) / len(points[p]))
+    assert best == ranked
 
 
 def test_nearest_and_missing_records_warn(fc32, tmp_path):

@@ -31,7 +31,7 @@ def rpc_cluster():
 def test_tune_through_rpc_tracker_and_server(rpc_cluster, fc32, trees, tmp_path):
     log = tmp_path / "remote.jsonl"
     best = tune.tune(fc32, trials=2, log=log, trees=trees, repeats=1, max_batches=2, knobs=KNOBS,
-                     progress=None, rpc=rpc_cluster)
+                     progress=None, rpc=rpc_cluster, confirm_rounds=0)
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(records) == 2 and all(r["error"] is None for r in records), records
     assert all(np.isfinite(r["mean"]) and r["mean"] > 0 for r in records)

@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from . import MODELS, TORCH_SYSTEMS
+from . import TORCH_SYSTEMS
 from .common import TOLERANCE, batch_starts, cpu_model, thread_env
 
 TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_worker.py")

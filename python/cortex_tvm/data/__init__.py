@@ -14,7 +14,7 @@ Nothing in this module recurses in Python: trees thousands of levels deep
 from __future__ import annotations
 
 import importlib.resources
-from typing import Iterable, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 

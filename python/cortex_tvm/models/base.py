@@ -21,6 +21,18 @@ def _to_numpy(name, value):
     return value
 
 
+def check_sizes(**sizes):
+    """ValueError unless every size is a positive int."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def sigmoid(x):
+    """numpy logistic function, for the models' level-batched executors."""
+    return 1.0 / (1.0 + np.exp(-x))
+
+
 class Model:
     """Base of the model zoo.  Subclasses define `weight_shapes`, `program`, `numpy_forward`."""
 
@@ -142,3 +154,13 @@ class Model:
     def flops(self, lin: _linearize.Linearized) -> float:
         """Useful multiply-add FLOPs for one batch (for GFLOP/s reports); 0 if unknown."""
         return 0.0
+
+
+class WordModel(Model):
+    """A model reading word embeddings: hidden size H, vocabulary V, embedding size E (H unless given)."""
+
+    def __init__(self, hidden_size: int, vocab_size: int, embed_size: int | None = None, seed: int = 0):
+        embed_size = hidden_size if embed_size is None else embed_size
+        check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size)
+        self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
+        super().__init__(seed)

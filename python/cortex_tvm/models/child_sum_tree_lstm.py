@@ -4,9 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import Model
-from .structures import count_leaves_internal, sigmoid
-from .tree_fc import _check_sizes
+from .base import Model, check_sizes, sigmoid
+from .structures import count_leaves_internal
 
 
 class ChildSumTreeLSTM(Model):
@@ -36,7 +35,7 @@ class ChildSumTreeLSTM(Model):
     def __init__(self, hidden_size: int, vocab_size: int, max_children: int = 4,
                  embed_size: int | None = None, seed: int = 0):
         embed_size = hidden_size if embed_size is None else embed_size
-        _check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size,
+        check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size,
                      max_children=max_children)
         self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
         self._max_children = int(max_children)
@@ -82,7 +81,7 @@ class ChildSumTreeLSTM(Model):
         return ra.rec_compute(tree, {h: (leaf_h, internal_h), c: (leaf_c, internal_c)})
 
     def numpy_forward(self, lin):
-        w, H, K = self.weights, self.hidden_size, self._max_children
+        w, H = self.weights, self.hidden_size
         h = np.zeros((lin.num_slots, H), np.float32)
         c = np.zeros((lin.num_slots, H), np.float32)
         lo = lin.level_offsets

@@ -4,9 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import Model
+from .base import Model, check_sizes
 from .structures import count_leaves_internal
-from .tree_fc import _check_sizes
 
 
 class DAGRNN(Model):
@@ -30,7 +29,7 @@ class DAGRNN(Model):
     def __init__(self, hidden_size: int, vocab_size: int, max_predecessors: int = 2,
                  embed_size: int | None = None, seed: int = 0):
         embed_size = hidden_size if embed_size is None else embed_size
-        _check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size,
+        check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size,
                      max_predecessors=max_predecessors)
         self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
         self.max_predecessors = int(max_predecessors)

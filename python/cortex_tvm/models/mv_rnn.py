@@ -4,9 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import Model
+from .base import Model, check_sizes
 from .structures import count_leaves_internal
-from .tree_fc import _check_sizes
 
 
 class MVRNN(Model):
@@ -28,7 +27,7 @@ class MVRNN(Model):
                "WM.weight": "WM"}
 
     def __init__(self, hidden_size: int, vocab_size: int, seed: int = 0):
-        _check_sizes(hidden_size=hidden_size, vocab_size=vocab_size)
+        check_sizes(hidden_size=hidden_size, vocab_size=vocab_size)
         self.hidden_size, self.vocab_size = hidden_size, vocab_size
         super().__init__(seed)
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import Model
-from .structures import count_leaves_internal, sigmoid
-from .tree_fc import _check_sizes
+from .base import WordModel, sigmoid
+from .structures import count_leaves_internal
 
 
 def _rnn_aliases(module):
@@ -29,14 +28,8 @@ def _rnn_aliases(module):
     return out
 
 
-class _SeqModel(Model):
+class _SeqModel(WordModel):
     gates = 0
-
-    def __init__(self, hidden_size: int, vocab_size: int, embed_size: int | None = None, seed: int = 0):
-        embed_size = hidden_size if embed_size is None else embed_size
-        _check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size)
-        self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
-        super().__init__(seed)
 
     def weight_shapes(self):
         H, V, E, G = self.hidden_size, self.vocab_size, self.embed_size, self.gates

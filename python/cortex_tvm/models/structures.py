@@ -15,11 +15,6 @@ parents, which read only their word).
 """
 from __future__ import annotations
 
-import numpy as np
-
-
-def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
 
 
 def leaf_and_internal(lin):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import Model
+from .base import Model, check_sizes
 
 
 class TreeFC(Model):
@@ -17,7 +17,7 @@ class TreeFC(Model):
     aliases = {"emb.weight": "emb", "W.weight": "W", "W.bias": "b"}
 
     def __init__(self, hidden_size: int, vocab_size: int, seed: int = 0):
-        _check_sizes(hidden_size=hidden_size, vocab_size=vocab_size)
+        check_sizes(hidden_size=hidden_size, vocab_size=vocab_size)
         self.hidden_size, self.vocab_size = hidden_size, vocab_size
         super().__init__(seed)
 
@@ -52,9 +52,3 @@ class TreeFC(Model):
     def flops(self, lin):
         internal = int(lin.level_offsets[-1] - lin.level_offsets[1])
         return 2.0 * self.hidden_size ** 2 * internal
-
-
-def _check_sizes(**sizes):
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")

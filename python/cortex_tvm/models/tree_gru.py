@@ -4,12 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import Model
-from .structures import count_leaves_internal, sigmoid
-from .tree_fc import _check_sizes
+from .base import WordModel, sigmoid
+from .structures import count_leaves_internal
 
 
-class TreeGRU(Model):
+class TreeGRU(WordModel):
     """Binary TreeGRU; returns the root h.  s = sigmoid.
 
     Weights (float32, nn.Linear convention y = W x + b), E = embed size (H unless given):
@@ -26,12 +25,6 @@ class TreeGRU(Model):
 
     aliases = {"emb.weight": "emb", "W.weight": "W", "W.bias": "bW", "U.weight": "U", "U.bias": "bU",
                "Uh.weight": "Uh", "Uh.bias": "bUh"}
-
-    def __init__(self, hidden_size: int, vocab_size: int, embed_size: int | None = None, seed: int = 0):
-        embed_size = hidden_size if embed_size is None else embed_size
-        _check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size)
-        self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
-        super().__init__(seed)
 
     def weight_shapes(self):
         H, V, E = self.hidden_size, self.vocab_size, self.embed_size

@@ -4,15 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import Model
-from .tree_fc import _check_sizes
+from .base import WordModel, sigmoid
 
 
-def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-class TreeLSTM(Model):
+class TreeLSTM(WordModel):
     """Binary TreeLSTM; returns the root h.
 
     Weights (float32, nn.Linear convention y = W x + b), E = embed size (H unless given):
@@ -24,12 +19,6 @@ class TreeLSTM(Model):
     """
 
     aliases = {"emb.weight": "emb", "W.weight": "W", "W.bias": "bW", "U.weight": "U", "U.bias": "bU"}
-
-    def __init__(self, hidden_size: int, vocab_size: int, embed_size: int | None = None, seed: int = 0):
-        embed_size = hidden_size if embed_size is None else embed_size
-        _check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size)
-        self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
-        super().__init__(seed)
 
     def weight_shapes(self):
         H, V, E = self.hidden_size, self.vocab_size, self.embed_size
@@ -71,15 +60,15 @@ class TreeLSTM(Model):
         lo = lin.level_offsets
         gates = w["emb"][lin.words[lo[0]:lo[1]]] @ w["W"].T + w["bW"]
         i, o, u = gates[:, :H], gates[:, H:2 * H], gates[:, 2 * H:]
-        c[lo[0]:lo[1]] = _sigmoid(i) * np.tanh(u)
-        h[lo[0]:lo[1]] = _sigmoid(o) * np.tanh(c[lo[0]:lo[1]])
+        c[lo[0]:lo[1]] = sigmoid(i) * np.tanh(u)
+        h[lo[0]:lo[1]] = sigmoid(o) * np.tanh(c[lo[0]:lo[1]])
         for start, end in zip(lo[1:-1], lo[2:]):
             kids = lin.children[start:end]
             x = np.concatenate([h[kids[:, 0]], h[kids[:, 1]]], axis=1)
             g = x @ w["U"].T + w["bU"]
             i, fl, fr, o, u = (g[:, q * H:(q + 1) * H] for q in range(5))
-            c[start:end] = _sigmoid(i) * np.tanh(u) + _sigmoid(fl) * c[kids[:, 0]] + _sigmoid(fr) * c[kids[:, 1]]
-            h[start:end] = _sigmoid(o) * np.tanh(c[start:end])
+            c[start:end] = sigmoid(i) * np.tanh(u) + sigmoid(fl) * c[kids[:, 0]] + sigmoid(fr) * c[kids[:, 1]]
+            h[start:end] = sigmoid(o) * np.tanh(c[start:end])
         return [h, c]
 
     def flops(self, lin):

@@ -189,7 +189,6 @@ class GpuPrimitives:
         kinds = [iv.iter_type for iv in block.iter_vars]
         n_reduce = sum(1 for k in kinds if k == _REDUCE)
         spatial_loops = inner[:len(inner) - n_reduce]
-        reduce_loops = inner[len(inner) - n_reduce:]
         # drop the unit node loop compute_at left (ax0 of extent 1)
         spatial_loops = [l for l in spatial_loops
                          if not (isinstance(sch.get(l).extent, tirx.IntImm) and sch.get(l).extent.value == 1)]

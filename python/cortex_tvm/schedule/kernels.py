@@ -6,7 +6,6 @@ from dataclasses import replace
 import tvm
 from tvm import tirx
 
-from ..lower import FUNC_NAME
 from .core import ScheduleError
 
 LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC = "cortex_leaves", "cortex_level", "cortex_roots"

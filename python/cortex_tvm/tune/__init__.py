@@ -33,7 +33,8 @@ __all__ = ["tune", "AdaptiveModel", "apply_best", "recipe_from_log", "SHIPPED", 
 
 def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: int = 10, target="llvm",
          seconds: float | None = None, seed: int = 0, repeats: int = 5, max_batches: int = 16,
-         knobs: dict | None = None, progress=True, rpc: tuple | None = None) -> TuningPoint | None:
+         knobs: dict | None = None, progress=True, rpc: tuple | None = None,
+         confirm_rounds: int = 2) -> TuningPoint | None:
     """Search the knobs of the model's recipe; every trial is appended to `log`.
 
     trials counts the records the log already has for this workload, so
@@ -42,6 +43,9 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
     point measured (None if every trial failed).  progress: True (a line per
     trial on stderr), False, or a file.  rpc: (tracker host, port, device key)
     to measure on a remote device through TVM's RPC tracker (see `tune.rpc`).
+    At the end the three fastest points and the default are re-timed
+    `confirm_rounds` times, alternating (extra log records), so one lucky
+    timing does not pick the winner.
     """
     progress = sys.stderr if progress is True else (progress or None)
     from ..build import make_target
@@ -54,7 +58,7 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
         host, port, key = rpc
         measurer = RPCMeasurer(model, batches, tgt, repeats=repeats, tracker_host=host, tracker_port=port, key=key)
     workload = Workload.of(model, tgt, batch_size)
-    config = SearchConfig(trials=trials, seconds=seconds, seed=seed)
+    config = SearchConfig(trials=trials, seconds=seconds, seed=seed, confirm_rounds=confirm_rounds)
     best = search(space, measurer, Database(log), workload, WorkloadStats.of(model, batches), config, progress)
     if progress is not None and best is not None:
         print(f"tune: best {best.mean * 1e3:.3f} ms  [{best.point}]  -> {log}", file=progress)

@@ -86,11 +86,17 @@ class Database:
         return {r.point: r for r in self.for_workload(workload)}
 
     def top_k(self, workload: Workload, k: int = 1) -> list:
-        ok = [r for r in self.for_workload(workload) if math.isfinite(r.mean)]
-        return sorted(ok, key=lambda r: r.mean)[:k]
+        """The k fastest points' latest records; a point measured several times (the search
+        re-times its leaders) is ranked by the mean over its measurements."""
+        by_point = {}
+        for r in self.for_workload(workload):
+            if math.isfinite(r.mean):
+                by_point.setdefault(r.point, []).append(r)
+        ranked = sorted(by_point.values(), key=lambda rs: sum(r.mean for r in rs) / len(rs))
+        return [rs[-1] for rs in ranked[:k]]
 
     def best(self, workload: Workload):
-        """The fastest successful record for exactly this workload, or None."""
+        """The fastest successful point's latest record for exactly this workload, or None."""
         top = self.top_k(workload, 1)
         return top[0] if top else None
 

@@ -30,6 +30,8 @@ class SearchConfig:
     pool: int = 512
     epsilon: float = 0.2
     seed: int = 0
+    confirm_top: int = 3             # re-timed at the end, with the default point ...
+    confirm_rounds: int = 2          # ... this many times each (0: no confirmation)
 
     def warmup_trials(self) -> int:
         return self.warmup if self.warmup is not None else max(4, self.trials // 4)
@@ -46,6 +48,7 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
     rng = np.random.default_rng(config.seed)
     start = time.perf_counter()
     done = database.measured(workload)
+    resumed_with = len(done)
     if done and log is not None:
         print(f"tune: resuming, {len(done)} trials of {workload} already in the log", file=log)
     model = CostModel(stats, seed=config.seed)
@@ -85,7 +88,34 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
             if out_of_budget():
                 break
             run(point)
+    if len(done) > resumed_with:         # nothing new measured (a finished run resumed): nothing to confirm
+        confirm(space, measurer, database, workload, config, info, target_detail, log)
     return database.best(workload)
+
+
+def confirm(space, measurer, database, workload, config, info, target_detail, log):
+    """Re-time the fastest points and the default, alternating, `config.confirm_rounds` times.
+
+    One lucky timing on a noisy machine would otherwise pick the winner; the
+    database ranks a point by the mean over all its measurements, so these
+    extra records (appended to the log like any trial) settle the order.
+    """
+    if config.confirm_rounds < 1:
+        return
+    top = [r.point for r in database.top_k(workload, config.confirm_top)]
+    default = space.default()
+    if default not in top and space.contains(default) and space.is_valid(default):
+        top.append(default)
+    points = top
+    for round_index in range(config.confirm_rounds):
+        for point in points:
+            result = measurer.measure(space, point)
+            database.commit(TuningRecord(workload, point, result.latencies, result.error, now(), info,
+                                         target_detail, space.fingerprint))
+            if log is not None:
+                this = f"{result.mean * 1e3:.3f} ms" if result.error is None else "failed"
+                print(f"tune: confirm {round_index + 1}/{config.confirm_rounds}  {this}  [{point}]",
+                      file=log, flush=True)
 
 
 def propose(space: Space, model: CostModel, rng, exclude: set, count: int, pool: int, epsilon: float) -> list:
