@@ -155,9 +155,6 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
 
     bounds_check=True builds with TVM's `tirx.instrument_bound_checkers` and makes `run()`
     validate every index array first (see BOUNDS_CHECK): hand-made arrays raise ValueError."""
-    from .runtime import CompiledModel, weight_arrays
-    from .schedule import split_per_level
-
     if not isinstance(bounds_check, bool):
         raise TypeError(f"bounds_check must be a bool, got {type(bounds_check).__name__}")
     tgt = make_target(target)
@@ -165,6 +162,23 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
         from .tune.apply import resolve_recipe
         schedule = resolve_recipe(model, tuning_log, tgt, schedule)
     rs, recipe = schedule_model(model, tgt, schedule)
+    return build_schedule(model, rs, tgt, recipe, bounds_check)
+
+
+def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = False):
+    """A scheduled program (RecSchedule) + the model's weights -> CompiledModel.
+
+    `recipe` (a Recipe) only names the result and, with `hoist`, is re-applied
+    without it to compute the leaf tables; by default the schedule's own
+    trace is replayed for that.
+    """
+    from . import recipes
+    from .runtime import CompiledModel, weight_arrays
+    from .schedule import split_per_level
+
+    tgt = make_target(target)
+    rs.finalize()
+    recipe = recipe or recipes.Recipe("custom", apply_fn=lambda _: None)
     tables = hoisted_tables(model, rs, recipe, tgt) if rs.plan.hoisted else {}
     mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod
     executable = build_module(mod, tgt, {**rs.plan.pass_config(), **(BOUNDS_CHECK if bounds_check else {})})

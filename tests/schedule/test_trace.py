@@ -107,3 +107,22 @@ def test_replay_errors(fresh):
 
 def test_schedule_error_is_value_error():
     assert issubclass(ct.ScheduleError, ValueError)
+
+
+def test_staged_lower_schedule_build(batches):
+    """model.lower() -> RecSchedule primitives -> rs.build(model) -> callable, hoisting included."""
+    import numpy as np
+    from reference import tree_lstm
+    model = ct.models.TreeLSTM(hidden_size=32, vocab_size=VOCAB_FOR_TRACE)
+    rs = ct.RecSchedule(model.lower())
+    rs.specialize_leaves().hoist().fast_math().pad_levels(3).pack("U", tile=16, groups=5)
+    rs.dense_index("gates_sum").dense_index("gates").tile_gemm("gates_sum", column_tile=16)
+    compiled = rs.build(model)
+    assert compiled.plan.hoisted and compiled.plan.node_tile == 3
+    trees = ct.data.random_trees(12, (1, 30), seed=3, vocab_size=VOCAB_FOR_TRACE)
+    weights = {k: np.array(v) for k, v in model.weights.items()}
+    roots = np.stack([h[-1] for h in tree_lstm(trees, weights)[0]])      # a root is last in post-order
+    np.testing.assert_allclose(compiled(trees), roots, atol=1e-4)
+
+
+VOCAB_FOR_TRACE = 60

@@ -23,6 +23,15 @@ class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimit
         self._pending_decompose = []
         super().__init__(lowered)
 
+    def build(self, model, target="llvm"):
+        """Build this schedule with `model`'s current weights: a callable CompiledModel.
+
+        The staged path for TIR work: ``rs = RecSchedule(model.lower())``, any
+        primitives, then ``compiled = rs.build(model)``; ``compiled(trees)``.
+        """
+        from ..build import build_schedule
+        return build_schedule(model, self, target)
+
     def finalize(self):
         """Split reduction inits off tiled blocks (s_tir requires this after `parallel`).
 
