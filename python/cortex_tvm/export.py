@@ -104,29 +104,11 @@ def _read_meta(path):
 def _given_weights(meta, weights):
     """User weights in the kernel parameters' layout (before packing): validated, float32 copies."""
     from . import models
-    from .models.base import _to_numpy
+    from .models.base import checked_weights
 
-    if not hasattr(weights, "items"):
-        raise TypeError(f"load: weights must be a dict of arrays, got {type(weights).__name__}")
     aliases = getattr(getattr(models, meta["model"], None), "aliases", {})
-    given = {aliases.get(k, k): v for k, v in weights.items()}
-    expected = {p["name"]: p for p in meta["params"]}
-    missing, extra = sorted(set(expected) - set(given)), sorted(set(given) - set(expected))
-    if missing:
-        raise ValueError(f"load: missing weights {missing} (this kernel takes {sorted(expected)})")
-    if extra:
-        raise ValueError(f"load: unexpected weights {extra} (this kernel takes {sorted(expected)})")
-    out = {}
-    for name, p in expected.items():
-        w = _to_numpy(name, given[name])
-        if w.dtype != np.dtype(p["dtype"]):
-            raise TypeError(f"load: weight {name!r}: dtype {w.dtype}, expected {p['dtype']}")
-        if list(w.shape) != p["shape"]:
-            raise ValueError(f"load: weight {name!r}: shape {tuple(w.shape)}, expected {tuple(p['shape'])}")
-        if not np.all(np.isfinite(w)):
-            raise ValueError(f"load: weight {name!r}: contains NaN or infinity")
-        out[name] = w
-    return out
+    expected = {p["name"]: (p["shape"], p["dtype"]) for p in meta["params"]}
+    return checked_weights(weights, expected, aliases, "load")
 
 
 def load(path, weights=None):

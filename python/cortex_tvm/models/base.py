@@ -33,6 +33,34 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def checked_weights(weights, expected: dict, aliases: dict, who: str) -> dict:
+    """Validated float copies of `weights` (numpy arrays or torch tensors, names or aliases).
+
+    expected: name -> (shape, dtype).  ValueError for missing, extra, wrongly
+    shaped or non-finite weights; TypeError for a non-dict or a wrong dtype.
+    """
+    if not hasattr(weights, "items"):
+        raise TypeError(f"{who}: expected a dict of arrays, got {type(weights).__name__}")
+    given = {aliases.get(k, k): v for k, v in weights.items()}
+    missing, extra = sorted(set(expected) - set(given)), sorted(set(given) - set(expected))
+    if missing:
+        raise ValueError(f"{who}: missing weights {missing} (expected {sorted(expected)})")
+    if extra:
+        raise ValueError(f"{who}: unexpected weights {extra} (expected {sorted(expected)})")
+    out = {}
+    for name, (shape, dtype) in expected.items():
+        w = _to_numpy(name, given[name])
+        if w.dtype != np.dtype(dtype):
+            raise TypeError(f"{who}: weight {name!r}: dtype {w.dtype}, expected {dtype} "
+                            f"(use .astype(np.{dtype}))")
+        if tuple(w.shape) != tuple(shape):
+            raise ValueError(f"{who}: weight {name!r}: shape {tuple(w.shape)}, expected {tuple(shape)}")
+        if not np.all(np.isfinite(w)):
+            raise ValueError(f"{who}: weight {name!r}: contains NaN or infinity")
+        out[name] = np.array(w, order="C", copy=True)       # later edits by the caller do not leak in
+    return out
+
+
 class Model:
     """Base of the model zoo.  Subclasses define `weight_shapes`, `program`, `numpy_forward`."""
 
@@ -84,27 +112,9 @@ class Model:
         Raises ValueError for missing, extra or wrongly shaped weights and
         TypeError for anything that is not a float32 array.  Returns self.
         """
-        if not hasattr(weights, "items"):
-            raise TypeError(f"load_weights: expected a dict of arrays, got {type(weights).__name__}")
         shapes = self.weight_shapes()
-        given = {self.aliases.get(k, k): v for k, v in weights.items()}
-        missing = sorted(set(shapes) - set(given))
-        extra = sorted(set(given) - set(shapes))
-        if missing:
-            raise ValueError(f"load_weights: missing weights {missing} (expected {sorted(shapes)})")
-        if extra:
-            raise ValueError(f"load_weights: unexpected weights {extra} (expected {sorted(shapes)})")
-        new = {}
-        for name, shape in shapes.items():
-            w = _to_numpy(name, given[name])
-            if w.dtype != np.float32:
-                raise TypeError(f"weight {name!r}: dtype {w.dtype}, expected float32 (use .astype(np.float32))")
-            if tuple(w.shape) != tuple(shape):
-                raise ValueError(f"weight {name!r}: shape {tuple(w.shape)}, expected {tuple(shape)}")
-            if not np.all(np.isfinite(w)):
-                raise ValueError(f"weight {name!r}: contains NaN or infinity")
-            new[name] = np.array(w, order="C", copy=True)   # later edits by the caller do not leak in
-        self.weights = new
+        self.weights = checked_weights(weights, {n: (shape, "float32") for n, shape in shapes.items()},
+                                       self.aliases, "load_weights")
         return self
 
     # -- stages ---------------------------------------------------------------------------
