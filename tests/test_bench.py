@@ -89,3 +89,19 @@ def test_worker_checks_thread_variables():
                            "--repeats", "2"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert np.isfinite(json.loads(proc.stdout)["gflops"])
+
+
+def test_zoo_models_run_in_the_bench(tmp_path):
+    """A sequence and a DAG model: cortex_tvm and numpy rows agree; torch rows say there is no baseline."""
+    out = tmp_path / "zoo.json"
+    cmd = [sys.executable, "-m", "cortex_tvm.cli", "bench", "--models", "seqlstm", "dagrnn", "--hidden", "16",
+           "--batch", "4", "--batches", "1", "--repeats", "1", "--rounds", "1", "--threads", "2",
+           "--systems", "cortex_tvm", "numpy", "torch-levels", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    for model in ("seqlstm", "dagrnn"):
+        mine = {r["system"]: r for r in rows if r["model"] == model}
+        for system in ("cortex_tvm", "numpy"):
+            assert math.isfinite(mine[system]["ms"]) and mine[system]["max_abs_diff"] < TOLERANCE
+        assert "baseline" in mine["torch-levels"]["skipped"] or "not installed" in mine["torch-levels"]["skipped"]

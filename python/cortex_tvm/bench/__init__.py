@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 
-MODELS = ("treelstm", "treefc")
+MODELS = ("treelstm", "treefc", "treegru", "childsum", "mvrnn", "dagrnn", "seqlstm", "seqgru")
+DEFAULT_MODELS = ("treelstm", "treefc")
 SYSTEMS = ("cortex_tvm", "numpy", "torch-eager", "torch-levels", "dgl")
 TORCH_SYSTEMS = ("torch-eager", "torch-levels", "dgl")
 
@@ -20,7 +21,8 @@ def add_parser(subparsers):
     p = subparsers.add_parser(
         "bench", help="latency of cortex_tvm vs numpy, PyTorch and DGL (each in its own process)",
         description=__doc__)
-    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=MODELS,
+                   help="default: treelstm treefc (the ones with PyTorch/DGL baselines)")
     p.add_argument("--hidden", nargs="+", type=int, default=[256])
     p.add_argument("--batch", nargs="+", type=int, default=[1, 10, 64])
     p.add_argument("--batches", type=int, default=10, help="fixed batches per batch size, spread over the trees")

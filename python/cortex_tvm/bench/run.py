@@ -24,10 +24,10 @@ import time
 import numpy as np
 
 from . import TORCH_SYSTEMS
+from .cases import MODEL_CLASSES, TORCH_MODELS, hidden_for, make_model, structures
 from .common import TOLERANCE, batch_starts, cpu_model, thread_env
 
 TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_worker.py")
-MODEL_CLASSES = {"treelstm": "TreeLSTM", "treefc": "TreeFC"}
 
 
 def _apply_quick(args):
@@ -74,14 +74,32 @@ def find_torch_python(explicit, threads):
 
 
 def write_case(path, model, name, trees, batch, batches):
-    """The npz for one (model, H, batch); returns (mean useful FLOPs per batch, mean nodes per batch)."""
+    """The npz for one (model, H, batch); returns (mean useful FLOPs per batch, mean nodes per batch).
+
+    Binary-tree models also get flat post-order arrays (word/left/right) for
+    the standalone torch worker; other models run on `cases.structures`.
+    """
     from .. import data as ct_data
 
     starts = batch_starts(len(trees), batch, batches)
     index = np.array([s + k for s in starts for k in range(batch)], np.int64)
+    groups = [structures(name, [trees[i] for i in index[k:k + batch]]) for k in range(0, len(index), batch)]
+    arrays = _torch_arrays([trees[i] for i in index]) if name in TORCH_MODELS else {}
+    flops = [model.flops(model.linearize(g)) for g in groups]        # pad=1: real nodes only
+    nodes = sum(len(ct_data.dag_postorder(t)) for g in groups for t in g) / len(groups)
+    np.savez(path, model=np.array(name), hidden=np.array(model.hidden_size), batch=np.array(batch),
+             tree_index=index, ref_h=model.reference(groups[0]).astype(np.float32), flops=np.array(flops),
+             **arrays, **{"w_" + k: v for k, v in model.weights.items()})
+    return float(np.mean(flops)), nodes
+
+
+def _torch_arrays(trees) -> dict:
+    """Flat post-order word/left/right/height arrays of binary trees, and per-tree offsets."""
+    from .. import data as ct_data
+
     words, lefts, rights, heights, offsets = [], [], [], [], [0]
-    for i in index:
-        nodes = ct_data.postorder(trees[i])
+    for i, tree in enumerate(trees):
+        nodes = ct_data.postorder(tree)
         pos = {id(n): k for k, n in enumerate(nodes)}
         n = len(nodes)
         word, left, right = (np.full(n, -1, np.int64) for _ in range(3))
@@ -97,14 +115,8 @@ def write_case(path, model, name, trees, batch, batches):
                 height[k] = 1 + max(height[left[k]], height[right[k]])
         words.append(word), lefts.append(left), rights.append(right), heights.append(height)
         offsets.append(offsets[-1] + n)
-    groups = [[trees[i] for i in index[k:k + batch]] for k in range(0, len(index), batch)]
-    flops = [model.flops(model.linearize(g)) for g in groups]        # pad=1: real nodes only
-    np.savez(path, model=np.array(name), hidden=np.array(model.hidden_size), batch=np.array(batch),
-             tree_index=index, word=np.concatenate(words), left=np.concatenate(lefts),
-             right=np.concatenate(rights), height=np.concatenate(heights),
-             tree_offsets=np.array(offsets, np.int64), ref_h=model.reference(groups[0]).astype(np.float32),
-             flops=np.array(flops), **{"w_" + k: v for k, v in model.weights.items()})
-    return float(np.mean(flops)), offsets[-1] / len(groups)
+    return {"word": np.concatenate(words), "left": np.concatenate(lefts), "right": np.concatenate(rights),
+            "height": np.concatenate(heights), "tree_offsets": np.array(offsets, np.int64)}
 
 
 def _fmt_ms(ms):
@@ -153,7 +165,7 @@ def bench(args) -> int:
         cases = []
         for name in args.models:
             for H in args.hidden:
-                model = getattr(ct.models, MODEL_CLASSES[name])(hidden_size=H, vocab_size=len(vocab))
+                model = make_model(name, H, len(vocab))
                 for B in args.batch:
                     path = os.path.join(tmp, f"{name}-{H}-{B}.npz")
                     flops, nodes = write_case(path, model, name, trees, B, args.batches)
@@ -190,8 +202,13 @@ def bench(args) -> int:
             launch("sgemm", None, rnd)
             for case in cases:
                 for system in systems:
-                    if system not in skipped:
-                        launch(system, case, rnd)
+                    if system in skipped:
+                        continue
+                    if system in TORCH_SYSTEMS and case["model"] not in TORCH_MODELS:
+                        if rnd == 0:
+                            print(f"  {system}: no baseline for {case['model']} in the bench", flush=True)
+                        continue
+                    launch(system, case, rnd)
 
     # best round per (system, case)
     rows = []
@@ -205,9 +222,10 @@ def bench(args) -> int:
         best = {}
         for system in systems:
             got = [r for r in mine if r["system"] == system]
-            if system in skipped:
+            if system in skipped or (system in TORCH_SYSTEMS and key[0] not in TORCH_MODELS):
+                reason = skipped.get(system, f"no {system} baseline for {key[0]} in the bench")
                 rows.append({"system": system, "model": key[0], "hidden": key[1], "batch": key[2],
-                             "skipped": skipped[system]})
+                             "skipped": reason})
                 continue
             if not got:
                 rows.append({"system": system, "model": key[0], "hidden": key[1], "batch": key[2],
@@ -262,7 +280,7 @@ def print_tables(rows, cases, systems, sgemm_gflops, args):
           f"best of {args.rounds} round(s); ratio = system / cortex_tvm (x slower than ours)")
     for case in cases:
         key = (case["model"], case["hidden"], case["batch"])
-        print(f"\n{MODEL_CLASSES[key[0]]} H={key[1]} batch={key[2]}: {case['nodes']:.0f} nodes, "
+        print(f"\n{MODEL_CLASSES[key[0]]} H={hidden_for(key[0], key[1])} batch={key[2]}: {case['nodes']:.0f} nodes, "
               f"{case['flops'] / 1e6:.1f} MFLOP per batch")
         print(f"  {'system':13s} {'ms':>9s} {'ratio':>7s} {'GFLOP/s':>8s} {'max|diff|':>10s}")
         for row in rows:

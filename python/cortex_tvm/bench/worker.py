@@ -19,23 +19,22 @@ import time
 
 import numpy as np
 
+from .cases import make_model, structures
 from .common import THREAD_VARS, per_batch_best
 
-MODEL_CLASSES = {"treelstm": "TreeLSTM", "treefc": "TreeFC"}
-
-
 def load_case(path):
-    """(model, batches of Nodes, data) from an orchestrator npz."""
+    """(model, batches of structures, data) from an orchestrator npz."""
     import cortex_tvm as ct
 
     data = np.load(path)
     trees, vocab = ct.data.sst_sample()
     name = str(data["model"])
-    model = getattr(ct.models, MODEL_CLASSES[name])(hidden_size=int(data["hidden"]), vocab_size=len(vocab))
+    model = make_model(name, int(data["hidden"]), len(vocab))
     model.load_weights({k[2:]: data[k] for k in data.files if k.startswith("w_")})
     index = data["tree_index"]
     size = int(data["batch"])
-    batches = [[trees[i] for i in index[k:k + size]] for k in range(0, len(index), size)]
+    chosen = structures(name, [trees[i] for i in index])
+    batches = [chosen[k:k + size] for k in range(0, len(chosen), size)]
     return model, batches, data
 
 

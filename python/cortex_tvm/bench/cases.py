@@ -1,0 +1,51 @@
+"""What each bench model runs on: the same structures in the orchestrator and in every worker.
+
+Tree models run on the SST trees themselves; sequence models on each SST
+sentence's words in order; DAG-RNN on a square image-grid DAG per tree
+whose inputs are that sentence's words.  MV-RNN keeps a matrix per node, so
+it runs at most at H=64, as in the literature.  Only TreeLSTM and TreeFC
+have PyTorch/DGL baselines in the bench.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: bench name -> cortex_tvm.models class name
+MODEL_CLASSES = {"treelstm": "TreeLSTM", "treefc": "TreeFC", "treegru": "TreeGRU",
+                 "childsum": "ChildSumTreeLSTM", "mvrnn": "MVRNN", "dagrnn": "DAGRNN",
+                 "seqlstm": "SeqLSTM", "seqgru": "SeqGRU"}
+#: models the torch worker implements
+TORCH_MODELS = ("treelstm", "treefc")
+MVRNN_MAX_HIDDEN = 64
+
+
+def hidden_for(name: str, hidden: int) -> int:
+    return min(hidden, MVRNN_MAX_HIDDEN) if name == "mvrnn" else hidden
+
+
+def make_model(name: str, hidden: int, vocab_size: int):
+    import cortex_tvm as ct
+    return getattr(ct.models, MODEL_CLASSES[name])(hidden_size=hidden_for(name, hidden), vocab_size=vocab_size)
+
+
+def structures(name: str, trees: list) -> list:
+    """The structures `name` runs on, one per SST tree given."""
+    from .. import data
+    if name in ("seqlstm", "seqgru"):
+        return [data.sequence(_words(t)) for t in trees]
+    if name == "dagrnn":
+        out = []
+        for t in trees:
+            words = _words(t)
+            side = max(1, math.isqrt(len(words)))
+            grid = np.array(words[:side * side], dtype=np.int64).reshape(side, side)
+            out.append(data.grid_dag(side, side, words=grid))
+        return out
+    return list(trees)
+
+
+def _words(tree) -> list:
+    from .. import data
+    return [n.word for n in data.postorder(tree) if n.children is None]
