@@ -9,7 +9,7 @@ import cortex_tvm as ct
 from cortex_tvm import tune
 from cortex_tvm.tune import Space, TuningPoint
 
-KNOBS = {"node_tile": [1, 2], "k_unroll": [4, 8], "unroll_depth": [1], "persist": [True], "per_level": [False]}
+KNOBS = {"node_tile": [1, 2], "k_unroll": [4, 8], "unroll_depth": [1], "persist": [True], "per_level": [False], "lanes": [16], "specialize": [True]}
 
 
 def test_tiny_tune_then_compile_from_log(fc32, trees, tmp_path, capsys):

@@ -7,7 +7,7 @@ import pytest
 
 from cortex_tvm import tune
 
-KNOBS = {"node_tile": [1, 2], "k_unroll": [8], "unroll_depth": [1], "persist": [True], "per_level": [False]}
+KNOBS = {"node_tile": [1, 2], "k_unroll": [8], "unroll_depth": [1], "persist": [True], "per_level": [False], "lanes": [16], "specialize": [True]}
 
 
 def _free_port():

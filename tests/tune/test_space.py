@@ -8,7 +8,7 @@ import cortex_tvm as ct
 from cortex_tvm.tune import Space, TuningPoint
 
 KNOBS = {"column_tile": [32, 16], "node_tile": [1, 2], "k_unroll": [4], "unroll_depth": [1, 2],
-         "persist": [True], "per_level": [False, True]}
+         "persist": [True], "per_level": [False, True], "lanes": [16], "specialize": [True]}
 
 
 def test_invalid_combination_raises_and_is_pruned(fc32):

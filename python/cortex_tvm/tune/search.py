@@ -30,7 +30,7 @@ class SearchConfig:
     pool: int = 512
     epsilon: float = 0.2
     seed: int = 0
-    confirm_top: int = 3             # re-timed at the end, with the default point ...
+    confirm_top: int = 4             # re-timed at the end, with the default point ...
     confirm_rounds: int = 2          # ... this many times each (0: no confirmation)
 
     def warmup_trials(self) -> int:
