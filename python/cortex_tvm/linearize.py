@@ -178,14 +178,21 @@ def _flatten(root: Node, tree_index: int, epoch: int) -> _Flat:
             child -= sizes[child]
         sizes[p] = p - child
         heights[p] = height + 1
-    height_dtype = np.uint16 if heights[-1] < 1 << 16 else np.int32  # uint16 sorts faster
+    return _pack_flat(epoch, words, num_children, heights, relative, shared=False)
+
+
+def _pack_flat(epoch, words, num_children, heights, relative, shared) -> _Flat:
+    """The per-node lists of one traversal as a cacheable _Flat (both tree and DAG mode)."""
+    n = len(words)
+    height_dtype = np.uint16 if max(heights) < 1 << 16 else np.int32  # uint16 sorts faster
     min_word, max_word = min(words), max(words)
     if min_word < -(1 << 31) or max_word >= 1 << 31:
         # keep the true extremes for the vocabulary check; the table only needs to hold int32
         words = [min(max(w, -1), (1 << 31) - 1) for w in words]
-    return _Flat(epoch=epoch, max_children=len(relative), min_word=min_word,
-                 max_word=max_word, heights=np.array(heights, dtype=height_dtype),
-                 table=np.array([words, num_children] + relative, dtype=np.int32).reshape(-1, n))
+    return _Flat(epoch=epoch, max_children=len(relative), min_word=min_word, max_word=max_word,
+                 heights=np.array(heights, dtype=height_dtype),
+                 table=np.array([words, num_children] + relative, dtype=np.int32).reshape(-1, n),
+                 shared=shared)
 
 
 def _flatten_dag(root: Node, tree_index: int, epoch: int) -> _Flat:
@@ -222,14 +229,7 @@ def _flatten_dag(root: Node, tree_index: int, epoch: int) -> _Flat:
             if heights[c] > height:
                 height = heights[c]
         heights[p] = height + 1
-    height_dtype = np.uint16 if max(heights) < 1 << 16 else np.int32
-    min_word, max_word = min(words), max(words)
-    if min_word < -(1 << 31) or max_word >= 1 << 31:
-        words = [min(max(w, -1), (1 << 31) - 1) for w in words]
-    return _Flat(epoch=epoch, max_children=len(relative), min_word=min_word, max_word=max_word,
-                 heights=np.array(heights, dtype=height_dtype),
-                 table=np.array([words, num_children] + relative, dtype=np.int32).reshape(-1, n),
-                 shared=edges != n - 1)
+    return _pack_flat(epoch, words, num_children, heights, relative, shared=edges != n - 1)
 
 
 def _flat_for(tree: Node, tree_index: int, epoch: int, width: int,
