@@ -34,18 +34,20 @@ target = ct.make_target("llvm")
 print(f"TreeLSTM H={H}, {len(batches)} batches of 10 SST trees")""")
 md("""## 1. The primitives one by one
 
-The model's default recipe (`schedules/treelstm_llvm.json`), applied one step
-at a time.  After each step: what changed in the TIR, and the end-to-end
+The default schedule is derived from the program and this CPU
+(`cortex_tvm/schedule/derive.py`); its trace is a list of named primitives,
+replayed here one step at a time.  After each step: what changed in the TIR, and the end-to-end
 latency of the program scheduled so far (with the same numbers as numpy).""")
-code("""recipe = recipes.resolve(model, target, None)
-recipe = recipe.fitted(lambda: ct.RecSchedule(model.lower()))
-steps = [s for s in recipe.steps_with_knobs() if s.get("when", True)]
-print("recipe", recipe.name, recipe.knob_values())
+code("""from cortex_tvm.build import compiled_form, schedule_model
+kernel_model = compiled_form(model, target)       # sizes padded to the vector width (none at H=32/256)
+scheduled, recipe = schedule_model(kernel_model, target)
+steps = [step.as_json() for step in scheduled.trace]
+print("schedule", recipe.name, recipe.knob_values())
 
 def prefix(k):
     return recipes.Recipe(f"first {k} steps", tuple(steps[:k]))
 
-rs = ct.RecSchedule(model.lower())
+rs = ct.RecSchedule(kernel_model.lower())
 before = rs.show()
 latency = {}
 for k, step in enumerate(steps, start=1):
@@ -87,18 +89,18 @@ ax.plot(sizes, np.array(ours) * 1e3, "o-", label="cortex_tvm")
 ax.plot(sizes, np.array(numpy_levels) * 1e3, "s-", label="numpy, batched by level")
 ax.set_xlabel("trees per batch"); ax.set_ylabel("ms per batch"); ax.set_xscale("log"); ax.set_yscale("log")
 ax.legend(); ax.set_title("end-to-end latency"); plt.show()""")
-md("## 3. Recursion unrolling by tile size")
+md("## 3. Recursion unrolling by node tile (rows of the register tile)")
 code("""depths = [1, 2] if SMALL else [1, 2, 3]
-tiles = [r for r in recipe.knobs["column_tile"] if (5 * H) % (5 * r) == 0 and r % 16 == 0][:2 if SMALL else 3]
+tiles = recipe.knobs["node_tile"][:2 if SMALL else 3]
 heat = np.zeros((len(depths), len(tiles)))
 for i, depth in enumerate(depths):
     for j, tile in enumerate(tiles):
-        config = recipe.with_knobs(unroll_depth=depth, column_tile=tile)
+        config = recipe.with_knobs(unroll_depth=depth, node_tile=tile)
         heat[i, j] = mean_of_best(model.compile(schedule=config), batches, REPEATS) * 1e3
 fig, ax = plt.subplots(figsize=(5, 3.5))
 im = ax.imshow(heat, cmap="viridis")
 ax.set_xticks(range(len(tiles)), tiles); ax.set_yticks(range(len(depths)), depths)
-ax.set_xlabel("column tile (units per gate)"); ax.set_ylabel("unroll_recursion depth")
+ax.set_xlabel("node tile (nodes per register tile)"); ax.set_ylabel("unroll_recursion depth")
 for (i, j), v in np.ndenumerate(heat):
     ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w")
 fig.colorbar(im, label="ms per batch"); plt.show()""")

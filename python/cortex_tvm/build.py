@@ -10,9 +10,11 @@ from pathlib import Path
 
 import tvm
 import tvm_ffi
-from tvm.target import Target, codegen
+from tvm.target import Target
 
 from . import config
+from .models.padding import padded
+from .target import cpu_info, make_target
 
 _cache: dict = {}
 _cache_lock = threading.Lock()
@@ -22,29 +24,6 @@ _compiles = 0
 def compile_count() -> int:
     """How many times `tvm.compile` ran in this process (the cache hides repeats)."""
     return _compiles
-
-
-def make_target(target) -> Target:
-    """A TVM Target from "llvm", "cuda", "aarch64", a dict or a Target.
-
-    "llvm" means this machine's CPU with all its cores (TVM's "native" falls
-    back to a generic CPU in this version, so the CPU is detected here).
-    """
-    if isinstance(target, Target):
-        return target
-    if isinstance(target, dict):
-        return Target(target)
-    if target == "llvm":
-        return Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(),
-                       "num-cores": config.load().num_threads})
-    if target == "cuda":
-        return Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
-    if target == "aarch64":          # a 64-bit ARM CPU with NEON (cross-compilation)
-        return Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]})
-    if isinstance(target, str):
-        raise ValueError(f"unknown target {target!r}: use 'llvm', 'cuda', 'aarch64', a dict or a "
-                         "tvm.target.Target")
-    raise TypeError(f"target must be a string, dict or tvm.target.Target, got {type(target).__name__}")
 
 
 #: pass config for TVM's run-time bound checks (`compile(bounds_check=True)`).  In TVM 0.27 the
@@ -161,11 +140,22 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
     if tuning_log is not None:
         from .tune.apply import resolve_recipe
         schedule = resolve_recipe(model, tuning_log, tgt, schedule)
-    rs, recipe = schedule_model(model, tgt, schedule)
-    return build_schedule(model, rs, tgt, recipe, bounds_check)
+    kernel_model = compiled_form(model, tgt)
+    rs, recipe = schedule_model(kernel_model, tgt, schedule)
+    return build_schedule(kernel_model, rs, tgt, recipe, bounds_check,
+                          state_shapes=[s.shape for s in model.program.states])
 
 
-def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = False):
+def compiled_form(model, target):
+    """The model as a CPU kernel computes it: sizes rounded up to the vector width with zero
+    weights (models/padding.py), so every size gets full vectors and register tiles."""
+    tgt = make_target(target)
+    if tgt.kind.name != "llvm":
+        return model
+    return padded(model, cpu_info(tgt).lanes) or model
+
+
+def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = False, state_shapes=None):
     """A scheduled program (RecSchedule) + the model's weights -> CompiledModel.
 
     `recipe` (a Recipe) only names the result and, with `hoist`, is re-applied
@@ -183,7 +173,7 @@ def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = F
     mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod
     executable = build_module(mod, tgt, {**rs.plan.pass_config(), **(BOUNDS_CHECK if bounds_check else {})})
     compiled = CompiledModel(model, rs.lowered, executable, tgt, rs.plan, weight_arrays(model, rs, tables),
-                             recipe.name)
+                             recipe.name, state_shapes)
     compiled.bounds_check = bounds_check
     return compiled
 
@@ -205,15 +195,20 @@ def hoisted_tables(model, rs, recipe, target) -> dict:
         if recipe.knobs:
             recipe = recipe.fitted(lambda: RecSchedule(model.lower(specialize_leaves=False)))
     table_rs = RecSchedule(model.lower(specialize_leaves=False))
-    if recipe.apply_fn is None:
-        recipe.apply(table_rs, skip=("hoist",))
-    else:   # a function recipe: replay what it did, minus hoist and what only existed after it
-        for step in rs.trace:
-            if step.primitive != "hoist":
-                try:
-                    table_rs.replay([step.as_json()])
-                except ScheduleError:
-                    pass
+    # the tables are values: any correct schedule of the unhoisted program computes them
+    if "hoist" in recipe.knobs:
+        recipe.with_knobs(hoist=False).apply(table_rs)
+    else:
+        try:
+            recipe.apply(table_rs, skip=("hoist",))
+        except ScheduleError:    # a replayed trace: leave out hoist and what only existed after it
+            table_rs = RecSchedule(model.lower(specialize_leaves=False))
+            for step in rs.trace:
+                if step.primitive != "hoist":
+                    try:
+                        table_rs.replay([step.as_json()])
+                    except ScheduleError:
+                        pass
     table_rs.finalize()
     mod = split_per_level(table_rs.func, table_rs.lowered.first_level) if table_rs.plan.per_level else table_rs.mod
     executable = build_module(mod, target, table_rs.plan.pass_config())
@@ -236,7 +231,7 @@ def cross_compile(model, target, path, schedule=None) -> str:
     from .schedule import split_per_level
 
     tgt = make_target(target)
-    rs, _ = schedule_model(model, tgt, schedule)
+    rs, _ = schedule_model(compiled_form(model, tgt), tgt, schedule)
     mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod
     build_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
     return str(path)

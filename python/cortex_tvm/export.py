@@ -62,6 +62,8 @@ def export(compiled, path) -> str:
                    for w in lowered.weights],
         "states": [{"name": s.name, "shape": [int(d) for d in s.shape], "dtype": str(s.dtype)}
                    for s in program.states],
+        # the kernel's states may be padded to the vector width; results are sliced to these
+        "visible_state_shapes": [list(shape) for shape in compiled.state_shapes],
         "node_inputs": [{"name": i.name, "bound": int(i.bound)} for i in lowered.node_inputs],
         "uses_num_children": bool(lowered.uses_num_children),
         "specialized": bool(lowered.specialized),
@@ -152,6 +154,7 @@ def load(path, weights=None):
         uses_num_children=meta["uses_num_children"], specialized=meta["specialized"],
         first_level=1 if meta["specialized"] else 0)
     compiled = CompiledModel(SimpleNamespace(vocab_bound=meta["vocab_bound"]), lowered, executable,
-                             Target(meta["target"]), plan, arrays, meta["recipe"])
+                             Target(meta["target"]), plan, arrays, meta["recipe"],
+                             state_shapes=meta.get("visible_state_shapes"))
     compiled.model_name = meta["model"]
     return compiled

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 
 from .schedule import RecSchedule, ScheduleError
+from .schedule import derive as _derive
+from .target import cpu_info
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class Recipe:
         if self.apply_fn is not None:
             if skip:
                 raise ScheduleError(f"recipe {self.name!r} is a function; cannot leave out {skip}")
-            return self.apply_fn(rs) or rs
+            return (self.apply_fn(rs, **self.knob_values()) if self.knobs else self.apply_fn(rs)) or rs
         for step in self.steps_with_knobs():
             if step.get("primitive") in skip or not step.get("when", True):
                 continue
@@ -119,6 +121,18 @@ def auto(rs: RecSchedule) -> RecSchedule:
     return rs
 
 
+def derived(model, target) -> Recipe:
+    """The schedule derived from `model`'s program and the CPU `target` (see schedule/derive.py),
+    as a recipe whose knobs (node tile, column vectors, lanes, unroll, hoisting, ...) the tuner
+    searches; the first candidate of each knob is the analytic default for this CPU."""
+    info = cpu_info(target)
+    found = _derive.gemms(RecSchedule(model.lower(specialize_leaves=True)))
+    widest = max((g.middle for g in found), default=1)
+    return Recipe("derived", model=type(model).__name__, target="llvm", default=True,
+                  apply_fn=lambda rs, **knobs: _derive.derive(rs, info, **knobs),
+                  knobs=_derive.knob_space(widest, info))
+
+
 def _builtin():
     return {"none": Recipe("none", apply_fn=lambda rs: rs), "auto": Recipe("auto", apply_fn=auto)}
 
@@ -163,11 +177,11 @@ def resolve(model, target, schedule) -> Recipe:
     a JSON file path, or a callable taking a RecSchedule."""
     kind = target.kind.name
     recipes = shipped()
-    if schedule is None:
+    if schedule is None or schedule == "derived":
         for r in recipes.values():
-            if r.default and r.model == type(model).__name__ and r.target == kind:
+            if r.default and r.model == type(model).__name__ and r.target == kind and schedule is None:
                 return r
-        return recipes["auto"]
+        return derived(model, target) if kind == "llvm" else recipes["auto"]
     if isinstance(schedule, Recipe):
         return schedule
     if callable(schedule):

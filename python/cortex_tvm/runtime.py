@@ -75,7 +75,7 @@ class CompiledModel:
     #: validate a Linearized's index arrays in run() (set by compile(bounds_check=True))
     bounds_check = False
 
-    def __init__(self, model, lowered, executable, target, plan, weights, recipe_name):
+    def __init__(self, model, lowered, executable, target, plan, weights, recipe_name, state_shapes=None):
         self.model_name = type(model).__name__
         self.lowered, self.executable, self.target, self.plan = lowered, executable, target, plan
         self.recipe_name = recipe_name
@@ -83,6 +83,11 @@ class CompiledModel:
         self._shared_nodes = lowered.program.spec.kind == "dag"     # DAG: a shared node gets one slot
         self._vocab_bound = model.vocab_bound
         self._states = lowered.program.states
+        #: the states' shapes as the user's model has them; the kernel's may be padded
+        #: to the vector width (models/padding.py), and the padding is sliced off here
+        self.state_shapes = tuple(tuple(int(d) for d in shape) for shape in state_shapes) if state_shapes \
+            else tuple(tuple(int(d) for d in s.shape) for s in self._states)
+        self._unpad = tuple(slice(0, d) for d in self.state_shapes[0])
         self._weights = weights
         self._workspace = _Workspace()
         self._functions = [executable[n] for n in kernel_names(plan)]
@@ -113,7 +118,13 @@ class CompiledModel:
         out = np.empty((len(lin.roots),) + first.shape, first.dtype)
         launch(self._functions, structure_args(lin, self.lowered) + [*self._weights, *states, out],
                lin, self.lowered, self.plan)
-        return out, states
+        return self._visible(out), states
+
+    def _visible(self, rows):
+        """Rows of the first state without the kernel's padding (a copy only when padded)."""
+        if rows.shape[1:] == self.state_shapes[0]:
+            return rows
+        return np.ascontiguousarray(rows[(slice(None),) + self._unpad])
 
     def _run_cuda(self, lin: _linearize.Linearized):
         """run() on a CUDA device: arrays are copied in, the kernels launched, results copied back."""
@@ -135,7 +146,7 @@ class CompiledModel:
         launch(self._functions, structure_args(lin, self.lowered, put) + [*self._cuda_weights, *states, out],
                lin, self.lowered, self.plan)
         device.sync()
-        return out.numpy(), [s.numpy() for s in states]
+        return self._visible(out.numpy()), [s.numpy() for s in states]
 
     def __call__(self, trees, all_nodes: bool = False):
         """Root state of each tree, (B, *state shape); with all_nodes=True, a list with each
@@ -144,7 +155,7 @@ class CompiledModel:
         out, states = self.run(lin)
         if not all_nodes:
             return out
-        rows = states[0][lin.node_slots]
+        rows = self._visible(states[0][lin.node_slots])
         return np.split(rows, np.cumsum(lin.tree_sizes)[:-1])
 
     def export(self, path) -> str:

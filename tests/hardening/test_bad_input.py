@@ -137,7 +137,7 @@ def test_tuning_log_corrupt_line_warns_and_missing_file_raises(model, tmp_path):
     log = _write(tmp_path, "t.jsonl", '{"corrupt\n\n')
     with pytest.warns(UserWarning, match="line 1: skipped a corrupt record"):
         compiled = fc.compile(tuning_log=log)
-    assert compiled.recipe_name == "treefc_llvm"        # fell back to the default recipe
+    assert compiled.recipe_name == "derived"            # fell back to the default (derived) schedule
     with pytest.raises(ValueError, match="no knobs"):   # a knob-less recipe cannot be tuned
         fc.compile(schedule="none", tuning_log=log)
     with pytest.raises(FileNotFoundError, match="does not exist"):

@@ -165,7 +165,7 @@ def test_export_load_in_fresh_process(tmp_path, sst):
         import numpy as np, cortex_tvm as ct
         trees, _ = ct.data.sst_sample()
         c = ct.load({str(path)!r})
-        assert c.model_name == "TreeLSTM" and c.recipe_name == "treelstm_llvm", (c.model_name, c.recipe_name)
+        assert c.model_name == "TreeLSTM" and c.recipe_name == "derived", (c.model_name, c.recipe_name)
         np.testing.assert_array_equal(c(trees[:50]), np.load({str(tmp_path / 'want.npy')!r}))
         per_node = c(trees[:3], all_nodes=True)
         assert [len(p) for p in per_node] == [len(ct.data.postorder(t)) for t in trees[:3]]

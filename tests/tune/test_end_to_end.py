@@ -9,7 +9,8 @@ import cortex_tvm as ct
 from cortex_tvm import tune
 from cortex_tvm.tune import Space, TuningPoint
 
-KNOBS = {"node_tile": [1, 2], "k_unroll": [4, 8], "unroll_depth": [1], "persist": [True], "per_level": [False], "lanes": [16], "specialize": [True]}
+KNOBS = {"node_tile": [1, 2], "k_unroll": [4, 8], "unroll_depth": [1], "persist": [True], "hoist": [True],
+         "max_column_vectors": [2]}
 
 
 def test_tiny_tune_then_compile_from_log(fc32, trees, tmp_path, capsys):
@@ -18,7 +19,7 @@ def test_tiny_tune_then_compile_from_log(fc32, trees, tmp_path, capsys):
                      confirm_rounds=0)
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(lines) == 3 and all(r["error"] is None for r in lines)
-    assert all(r["recipe"].startswith("treefc_llvm@") and r["tvm"] and r["cortex_tvm"] for r in lines)
+    assert all(r["recipe"].startswith("derived@") and r["tvm"] and r["cortex_tvm"] for r in lines)
     assert "trial 3/3" in capsys.readouterr().err
     assert isinstance(best, TuningPoint) and best in {TuningPoint.from_json(r["knobs"]) for r in lines}
 
@@ -70,7 +71,7 @@ def test_failed_build_measures_inf(fc32, trees):
     from cortex_tvm.tune.measure import Measurer, tuning_batches
     measurer = Measurer(fc32, tuning_batches(fc32, trees, 10, 1), repeats=1)
     bad = TuningPoint.of(column_tile=32, node_tile=1, k_unroll=4, unroll_depth=2, persist=True, per_level=True)
-    result = measurer.measure(Space(fc32), bad)
+    result = measurer.measure(Space(fc32, recipe="treefc_llvm"), bad)
     assert result.mean == float("inf") and "per_level_kernels" in result.error
 
     class Broken(Space):

@@ -7,7 +7,8 @@ import pytest
 
 from cortex_tvm import tune
 
-KNOBS = {"node_tile": [1, 2], "k_unroll": [8], "unroll_depth": [1], "persist": [True], "per_level": [False], "lanes": [16], "specialize": [True]}
+KNOBS = {"node_tile": [1, 2], "k_unroll": [8], "unroll_depth": [1], "persist": [True], "hoist": [True],
+         "max_column_vectors": [2]}
 
 
 def _free_port():

@@ -12,7 +12,7 @@ KNOBS = {"column_tile": [32, 16], "node_tile": [1, 2], "k_unroll": [4], "unroll_
 
 
 def test_invalid_combination_raises_and_is_pruned(fc32):
-    space = Space(fc32, knobs=KNOBS)
+    space = Space(fc32, recipe="treefc_llvm", knobs=KNOBS)
     bad = TuningPoint.of(column_tile=32, node_tile=1, k_unroll=4, unroll_depth=2, persist=True, per_level=True)
     with pytest.raises(ct.ScheduleError, match="per_level_kernels"):
         space.recipe_for(bad).apply(ct.RecSchedule(fc32.lower(specialize_leaves=False)))
@@ -27,12 +27,13 @@ def test_invalid_combination_raises_and_is_pruned(fc32):
 
 def test_tile_that_does_not_divide_is_pruned():
     model = ct.models.TreeFC(hidden_size=48, vocab_size=10)
-    space = Space(model, knobs={**KNOBS, "column_tile": [32], "per_level": [False], "unroll_depth": [1]})
+    space = Space(model, recipe="treefc_llvm",
+                  knobs={**KNOBS, "column_tile": [32], "per_level": [False], "unroll_depth": [1]})
     assert space.valid_points() == []
 
 
 def test_sample_is_valid_distinct_and_excludes(fc32):
-    space = Space(fc32, knobs=KNOBS)
+    space = Space(fc32, recipe="treefc_llvm", knobs=KNOBS)
     rng = np.random.default_rng(0)
     first = space.sample(4, rng)
     more = space.sample(20, rng, exclude=first)
@@ -48,9 +49,10 @@ def test_unknown_knob_is_an_error(fc32):
 
 def test_default_point_is_the_recipes(fc32):
     default = Space(fc32).default()
-    fitted = ct.recipes.shipped()["treefc_llvm"].fitted(lambda: ct.RecSchedule(fc32.lower(specialize_leaves=False)))
-    assert default.as_dict() == fitted.knob_values()
-    assert default.as_dict()["column_tile"] == 32          # 64 does not fit H=32: the next candidate
+    derived = ct.recipes.resolve(fc32, ct.make_target("llvm"), None)
+    assert derived.name == "derived" and default.as_dict() == derived.knob_values()
+    hand = Space(fc32, recipe="treefc_llvm").default()
+    assert hand.as_dict()["column_tile"] == 32          # 64 does not fit H=32: the next candidate
 
 
 def test_tuning_point_json_round_trip():

@@ -32,6 +32,9 @@ def add_parser(subparsers):
     p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     p.add_argument("--torch-python", default=None,
                    help="a Python with torch (+dgl) for the torch systems (default: this one, if it has torch)")
+    p.add_argument("--mcpu", default=None,
+                   help="LLVM CPU to compile cortex_tvm for (e.g. haswell: AVX2 code, runnable on an "
+                        "AVX-512 host); default: this machine's CPU")
     p.add_argument("--out", default=None, help="JSON results (default bench-<date>.json)")
     p.add_argument("--timeout", type=float, default=900, help="seconds before a worker is killed")
     p.add_argument("--quick", action="store_true",

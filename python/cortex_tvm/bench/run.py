@@ -156,6 +156,7 @@ def bench(args) -> int:
     print(f"cortex-tvm bench: {args.threads} threads, {meta['cpu']}, loadavg {meta['loadavg_start'][0]:.2f}")
     print(f"  cortex_tvm {ct.__version__}, tvm {tvm.__version__}, numpy {np.__version__}, "
           f"torch {meta['torch']}, dgl {meta['dgl']} ({torch_python or 'no torch python'})")
+    print(f"  cortex_tvm compiled for mcpu={getattr(args, 'mcpu', None) or 'this CPU'}")
     for system, reason in skipped.items():
         print(f"  {system}: skipped, {reason}")
 
@@ -180,6 +181,8 @@ def bench(args) -> int:
             if case is not None:
                 cmd.append(case["path"])
             cmd += ["--repeats", str(args.repeats), "--threads", str(args.threads)]
+            if system == "cortex_tvm" and getattr(args, "mcpu", None):
+                cmd += ["--mcpu", args.mcpu]
             t0 = time.perf_counter()
             result, err = _worker_json(cmd, env, args.timeout)
             where = "" if case is None else f"{case['model']:8s} H={case['hidden']:<4d} B={case['batch']:<3d}"
@@ -239,16 +242,20 @@ def bench(args) -> int:
                 bad_diffs.append(f"{system} {key[0]} H={key[1]} B={key[2]}: max|diff| {diff:.3g}"
                                  + ("" if finite else ", non-finite output"))
             row = {k: v for k, v in b.items() if k not in ("round", "wall_s")}
+            # GFLOP/s count the work each system does at run time (hoisted leaves are not)
+            flops = b.get("runtime_flops", case["flops"])
             row.update(best_round=b["round"], rounds_ms=[r["ms"] for r in got], max_abs_diff=diff,
-                       mean_nodes=case["nodes"], mflop=case["flops"] / 1e6,
-                       gflops=case["flops"] / (b["ms"] * 1e-3) / 1e9)
+                       mean_nodes=case["nodes"], mflop=flops / 1e6,
+                       gflops=flops / (b["ms"] * 1e-3) / 1e9)
             rows.append(row)
         ours = best.get("cortex_tvm")
         for row in rows[-len(systems):]:
             if ours is not None and "ms" in row:
                 row["ratio"] = row["ms"] / ours["ms"]
         if ours is not None and sgemm_gflops:
-            case["cortex_tvm_pct_of_sgemm"] = 100 * (case["flops"] / (ours["ms"] * 1e-3) / 1e9) / sgemm_gflops
+            flops = ours.get("runtime_flops", case["flops"])
+            case["cortex_tvm_runtime_mflop"] = flops / 1e6
+            case["cortex_tvm_pct_of_sgemm"] = 100 * (flops / (ours["ms"] * 1e-3) / 1e9) / sgemm_gflops
 
     meta["loadavg_end"] = list(os.getloadavg())
     meta["elapsed_s"] = round(time.time() - started, 1)
@@ -294,4 +301,5 @@ def print_tables(rows, cases, systems, sgemm_gflops, args):
             print(f"  {row['system']:13s} {_fmt_ms(row['ms'])} {ratio} {row['gflops']:8.1f} "
                   f"{row['max_abs_diff']:10.1e}{flag}")
         if "cortex_tvm_pct_of_sgemm" in case:
-            print(f"  cortex_tvm / sgemm: {case['cortex_tvm_pct_of_sgemm']:.0f} %")
+            print(f"  cortex_tvm run-time work ({case['cortex_tvm_runtime_mflop']:.1f} MFLOP, hoisted leaves "
+                  f"not counted) / sgemm: {case['cortex_tvm_pct_of_sgemm']:.0f} %")

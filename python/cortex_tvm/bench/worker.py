@@ -38,14 +38,32 @@ def load_case(path):
     return model, batches, data
 
 
-def run_model(system, path, repeats):
+def runtime_flops(model, compiled, batches) -> float:
+    """Mean FLOPs per batch that the compiled kernel does at run time: a hoisted leaf is a
+    table lookup, its work was done when the model was compiled."""
+    from ..data import Node
+
+    total = []
+    for batch in batches:
+        lin = model.linearize(batch)
+        flops = model.flops(lin)
+        if compiled.plan.hoisted:
+            leaves = int(lin.level_offsets[1] - lin.level_offsets[0])
+            flops -= leaves * model.flops(model.linearize([Node(word=0)]))
+        total.append(flops)
+    return float(np.mean(total))
+
+
+def run_model(system, path, repeats, mcpu=None):
     model, batches, data = load_case(path)
     extra = {}
     if system == "cortex_tvm":
         start = time.perf_counter()
-        fn = model.compile(target="llvm")
+        fn = model.compile(target={"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm")
         extra["compile_s"] = round(time.perf_counter() - start, 3)
         extra["recipe"] = getattr(fn, "recipe_name", None)
+        extra["target"] = str(fn.target)
+        extra["runtime_flops"] = runtime_flops(model, fn, batches)
     else:
         fn = model.reference
     out = np.asarray(fn(batches[0]))
@@ -77,6 +95,7 @@ def main(argv=None) -> int:
     parser.add_argument("data", nargs="?", help="the orchestrator's .npz (not for sgemm)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--mcpu", default=None, help="cortex_tvm: the LLVM CPU to compile for")
     args = parser.parse_args(argv)
     wrong = {v: os.environ.get(v) for v in THREAD_VARS if os.environ.get(v) != str(args.threads)}
     if wrong:
@@ -87,7 +106,7 @@ def main(argv=None) -> int:
     else:
         if not args.data:
             parser.error(f"{args.system} needs the data .npz")
-        result = run_model(args.system, args.data, args.repeats)
+        result = run_model(args.system, args.data, args.repeats, args.mcpu)
     result.update(system=args.system, threads=args.threads, numpy=np.__version__)
     print(json.dumps(result), flush=True)
     return 0

@@ -119,6 +119,8 @@ class LoopPrimitives:
                 if name in placed:
                     continue
                 b = sch.get_sblock(name)
+                if any(iv.iter_type == _REDUCE for iv in sch.get(b).iter_vars):
+                    continue          # another GEMM gets its own tile, not a place in this one
                 producers = {sch.get(p).name_hint for p in sch.get_producers(b)}
                 if not producers or not producers <= placed:
                     continue
@@ -130,6 +132,10 @@ class LoopPrimitives:
 
     def _reverse_compute_at_tile(self, block, consumer, lanes):
         sch = self.sch
+        if not self._reads_tile_elementwise(consumer, self._written_by(block, consumer)):
+            # TVM's region solver over-approximates a read like gates[n, c * H + i] by a box
+            # and would compute elements whose inputs the tile has not produced yet
+            return False
         try:
             sch.reverse_compute_at(consumer, sch.get_loops(sch.get_sblock(block))[1])
         except (tvm.s_tir.ScheduleError, ValueError):   # region solver failures are ValueErrors
@@ -174,6 +180,21 @@ class LoopPrimitives:
         tvm_ffi.structural_walk(sch.get(loop), (tvm.s_tir.stmt.SBlock,
                                                 lambda b: names.update(w.source.name for w in b.writes)))
         return names
+
+    def _reads_tile_elementwise(self, consumer, placed_buffers):
+        """Every read of a tile buffer is at exactly the consumer's own iterators, in order."""
+        block = self.sch.get(consumer)
+        own = [iv.var for iv in block.iter_vars]
+        ok = [True]
+
+        def on_load(ld):
+            if ld.source.name in placed_buffers:
+                idx = list(ld.indices)
+                if len(idx) != len(own) or not all(i.same_as(v) for i, v in zip(idx, own)):
+                    ok[0] = False
+        import tvm_ffi
+        tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, on_load))
+        return ok[0]
 
     def _reads_tile_columns_only(self, consumer, placed_buffers):
         """Every read of a tile buffer is [node, constants..., column] at the consumer's own
@@ -232,6 +253,47 @@ class LoopPrimitives:
         _, vec = self.sch.split(loops[-1], [None, lanes])
         self.sch.vectorize(vec)
         self._record("vectorize_block", block=block, lanes=lanes)
+        return self
+
+    def vectorize_reduction(self, block: str, lanes: int = 16):
+        """Vectorize a reduction that is not against a weight over its last output axis.
+
+        The reduction loops move outside the last spatial loop, which is
+        vectorized: each reduction step updates `lanes` outputs at once (a
+        child sum, or a per-node matrix times a vector).  The init is split off
+        when the schedule is built.
+
+        Requires: a reduction block, not transformed yet, whose last spatial
+        extent is a multiple of `lanes`.
+
+        Examples
+        --------
+        Before::
+
+            for j, i, c in T.grid(n, 256, 4): h_sum[j, i] += h[children[..., c], i]
+
+        ``rs.vectorize_reduction("h_sum", lanes=16)``; after::
+
+            for j, i_0, c in T.grid(n, 16, 4):
+                for i_1 in T.vectorized(16): h_sum[j, i_0 * 16 + i_1] += h[children[..., c], i_0 * 16 + i_1]
+        """
+        if not isinstance(lanes, int) or lanes < 1:
+            raise ScheduleError(f"vectorize_reduction: lanes must be a positive int, got {lanes!r}")
+        b, loops, kinds = self._block_loops(block)
+        spatial = [l for l, k in zip(loops, kinds) if k == _SPATIAL]
+        reduce = [l for l, k in zip(loops, kinds) if k == _REDUCE]
+        if not reduce or len(spatial) < 2 or kinds != sorted(kinds):
+            raise ScheduleError(f"vectorize_reduction: {block!r} is not a (node, spatial..., reduce...) "
+                                "reduction block")
+        extent = self.sch.get(spatial[-1]).extent
+        if not isinstance(extent, tvm.tirx.IntImm) or extent.value % lanes:
+            raise ScheduleError(f"vectorize_reduction: last output extent {extent} of {block!r} is not a "
+                                f"multiple of {lanes}")
+        outer, vec = self.sch.split(spatial[-1], [None, lanes])
+        self.sch.reorder(*spatial[:-1], outer, *reduce, vec)
+        self.sch.vectorize(vec)
+        self._pending_decompose.append((block, len(spatial)))   # init above the first reduction loop
+        self._record("vectorize_reduction", block=block, lanes=lanes)
         return self
 
     def persist(self, weight: str):

@@ -56,7 +56,75 @@ def knob_vector(knobs: dict, hidden: int) -> list:
     return out
 
 
-def featurize(points, stats: WorkloadStats) -> np.ndarray:
-    """(len(points), F) float32 matrix."""
+@dataclass(frozen=True)
+class ProgramFacts:
+    """What a derived schedule's cost depends on, read off the program and the CPU once per space:
+    the GEMM blocks (middle accumulators, output columns, reduction length, leaf or not) and the
+    CPU's vector lanes, registers and cores.  Features built from these transfer between models,
+    sizes and CPUs; raw knob values do not."""
+
+    gemms: tuple               # ((middle, columns, reduction, is_leaf), ...)
+    lanes: int
+    registers: int
+    cores: int
+
+    @classmethod
+    def of(cls, kernel_model, target) -> "ProgramFacts":
+        from ..schedule import RecSchedule, derive
+        from ..target import cpu_info
+        info = cpu_info(target)
+        rs = RecSchedule(kernel_model.lower(specialize_leaves=True))
+        leaves = set(rs.block_names("leaves"))
+        gemms = []
+        for g in derive.gemms(rs):
+            block = rs.sch.get(rs.sch.get_sblock(g.block))
+            reduction = 1
+            for iv in block.iter_vars:
+                if iv.iter_type == 2:
+                    reduction *= int(iv.dom.extent)
+            gemms.append((g.middle, g.columns, reduction, g.block in leaves))
+        return cls(tuple(gemms), info.lanes, info.registers, info.cores)
+
+
+def derived_vector(knobs: dict, facts: ProgramFacts, stats: WorkloadStats) -> list:
+    """Features of one derived-schedule point: the register tile each GEMM gets against the
+    register file, its arithmetic intensity, padding waste, parallel balance, the work left at
+    run time; then the CPU and the workload.  Flop-weighted over the GEMMs."""
+    from ..schedule.derive import STACK_BYTES, column_vectors
+    nt, lanes = int(knobs["node_tile"]), int(knobs.get("lanes") or facts.lanes)
+    rows = []
+    for middle, columns, reduction, is_leaf in facts.gemms:
+        if is_leaf and knobs.get("hoist"):
+            continue                                  # a table lookup at run time
+        vectors = column_vectors(middle, nt, lanes, facts.registers, int(knobs["max_column_vectors"]))
+        while vectors > 1 and columns % (vectors * lanes):
+            vectors -= 1
+        acc = nt * middle * vectors
+        tiles = max(1, columns // (vectors * lanes))
+        parallel = facts.cores if knobs.get("persist") else 1
+        weight = middle * columns * reduction * (stats.level_mean if not is_leaf else 1.0)
+        rows.append((weight, [acc, acc + nt + 1 - facts.registers, float(acc * lanes * 4 >= STACK_BYTES),
+                              acc / (middle * vectors + nt), tiles, -(-tiles // parallel) * parallel / tiles,
+                              middle * columns * reduction * 4 / 2**20]))
+    if rows:
+        total = sum(w for w, _ in rows) or 1.0
+        tile = [sum(w * r[i] for w, r in rows) / total for i in range(len(rows[0][1]))]
+    else:
+        tile = [0.0] * 7
+    level = max(stats.level_mean, 1.0)
+    waste = (np.ceil(level / nt) * nt) / level
+    run_flops = sum(2.0 * m * c * r * (stats.nodes if not leaf else stats.nodes / 2)
+                    for m, c, r, leaf in facts.gemms if not (leaf and knobs.get("hoist")))
+    return tile + [float(nt), float(waste), float(lanes) / facts.lanes, float(knobs.get("k_unroll", 1)),
+                   float(knobs.get("unroll_depth", 1)), float(bool(knobs.get("persist"))) * facts.cores,
+                   float(bool(knobs.get("hoist"))), np.log2(max(run_flops, 1.0)), float(facts.lanes),
+                   float(facts.registers), float(len([g for g in facts.gemms if not g[3]]))] + stats.vector()
+
+
+def featurize(points, stats: WorkloadStats, facts: ProgramFacts | None = None) -> np.ndarray:
+    """(len(points), F) float32 matrix: program features for derived-schedule points (with
+    `facts`), raw knob values for hand-written recipes."""
     w = stats.vector()
+    if facts is not None:
+        return np.array([derived_vector(p.as_dict(), facts, stats) for p in points], dtype=np.float32)
     return np.array([knob_vector(p.as_dict(), stats.hidden) + w for p in points], dtype=np.float32)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import recipes as _recipes
-from ..build import make_target
+from ..build import compiled_form, make_target
 from ..schedule import RecSchedule, ScheduleError
 
 
@@ -57,7 +57,9 @@ class Space:
 
     def __init__(self, model, target="llvm", recipe=None, knobs: dict | None = None):
         self.model, self.target = model, make_target(target)
-        self.recipe = _recipes.resolve(model, self.target, recipe)
+        #: the model as the kernel computes it (sizes padded to the vector width): what recipes apply to
+        self.kernel_model = compiled_form(model, self.target)
+        self.recipe = _recipes.resolve(self.kernel_model, self.target, recipe)
         if not self.recipe.knobs:
             raise ValueError(f"recipe {self.recipe.name!r} has no knobs to tune")
         unknown = set(knobs or {}) - set(self.recipe.knobs)
@@ -96,7 +98,7 @@ class Space:
         """None if the point's recipe applies to the model, else the ScheduleError's text."""
         if point not in self._checked:
             try:
-                self.recipe_for(point).apply(RecSchedule(self.model.lower(specialize_leaves=False)))
+                self.recipe_for(point).apply(RecSchedule(self.kernel_model.lower(specialize_leaves=False)))
                 self._checked[point] = None
             except ScheduleError as err:
                 self._checked[point] = str(err)
@@ -111,7 +113,7 @@ class Space:
 
     def default(self) -> TuningPoint:
         """The point the recipe itself picks (first candidates that fit)."""
-        fitted = self.recipe.fitted(lambda: RecSchedule(self.model.lower(specialize_leaves=False)))
+        fitted = self.recipe.fitted(lambda: RecSchedule(self.kernel_model.lower(specialize_leaves=False)))
         return TuningPoint.of(**{k: v for k, v in fitted.knob_values().items() if k in self.knobs})
 
     def random(self, rng: np.random.Generator) -> TuningPoint:

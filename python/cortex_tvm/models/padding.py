@@ -1,0 +1,92 @@
+"""Sizes padded to the vector width, so that every hidden and embedding size stays on the fast path.
+
+A TreeLSTM at H=150 on an AVX-512 CPU is compiled as the same model at
+H=160: every weight axis that is made of H-sized blocks (U's five gate
+blocks of rows, its two child blocks of columns) gets zero rows or columns
+at the end of each block.  A real unit then reads a padded unit only through
+a zero weight, so the real units compute exactly what the unpadded model
+computes, and every register tile, vector loop and packed layout divides
+evenly.  The executor slices the padding off the states it returns.
+
+Which axes to pad is read off the model itself: `weight_shapes()` is
+evaluated at H and at H+1 (and E, E+1), so an axis of extent a*H gets a
+blocks of H, one of b*E gets b blocks of E, and an axis that does not move
+(the vocabulary) stays.  A model whose axis mixes H and E, or adds a
+constant to them, cannot be padded this way and compiles at its own sizes.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+#: model attributes that are sizes of vectors the kernel computes on
+SIZE_ATTRS = ("hidden_size", "embed_size")
+
+
+def _with_sizes(model, sizes: dict):
+    clone = copy.copy(model)
+    clone.__dict__ = {k: v for k, v in model.__dict__.items() if k not in ("_program", "_lowered")}
+    clone._program = None
+    clone.__dict__.update(sizes)
+    return clone
+
+
+def _axis_layouts(model, attrs) -> dict | None:
+    """weight -> per axis: None (keep) or (attr, blocks); None when an axis cannot be padded."""
+    base = model.weight_shapes()
+    moved = {attr: _with_sizes(model, {attr: getattr(model, attr) + 1}).weight_shapes() for attr in attrs}
+    out = {}
+    for name, shape in base.items():
+        axes = []
+        for d, extent in enumerate(shape):
+            growth = {attr: moved[attr][name][d] - extent for attr in attrs}
+            growing = [a for a, g in growth.items() if g]
+            if not growing:
+                axes.append(None)
+                continue
+            attr = growing[0]
+            blocks = growth[attr]
+            if len(growing) > 1 or blocks * getattr(model, attr) != extent:
+                return None           # an axis mixing sizes (or with a constant part) is ambiguous
+            axes.append((attr, blocks))
+        out[name] = axes
+    return out
+
+
+def _pad_axis(array, axis, blocks, size, padded_size):
+    shape = array.shape
+    split = array.reshape(shape[:axis] + (blocks, size) + shape[axis + 1:])
+    widths = [(0, 0)] * split.ndim
+    widths[axis + 1] = (0, padded_size - size)
+    return np.pad(split, widths).reshape(shape[:axis] + (blocks * padded_size,) + shape[axis + 1:])
+
+
+def padded(model, multiple: int):
+    """The same model with every size in SIZE_ATTRS rounded up to `multiple`, zero-padded weights.
+
+    Returns None when no size needs padding or the model's weights cannot be
+    padded (see the module docstring).
+
+    Example: ``padded(TreeLSTM(150, V), 16)`` is a TreeLSTM(160, V) whose U
+    is (800, 320): rows 150..159 of each of the five gate blocks and columns
+    150..159 of each child block are zero.
+    """
+    attrs = [a for a in SIZE_ATTRS if isinstance(getattr(model, a, None), int)]
+    sizes = {a: getattr(model, a) for a in attrs}
+    targets = {a: -(-v // multiple) * multiple for a, v in sizes.items()}
+    if multiple <= 1 or targets == sizes:
+        return None
+    layouts = _axis_layouts(model, attrs)
+    if layouts is None:
+        return None
+    weights = {}
+    for name, array in model.weights.items():
+        for axis, layout in enumerate(layouts[name]):
+            if layout is not None:
+                attr, blocks = layout
+                array = _pad_axis(array, axis, blocks, sizes[attr], targets[attr])
+        weights[name] = np.ascontiguousarray(array)
+    clone = _with_sizes(model, targets)
+    clone.weights = weights
+    return clone

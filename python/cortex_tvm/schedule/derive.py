@@ -1,0 +1,210 @@
+"""A CPU schedule derived from the program and the target, for any RA model.
+
+No recipe is written per model: the program says which blocks are
+reductions against a weight (GEMMs, with the node's inputs gathered in the
+A operand), which are other reductions (child sums, per-node matrix
+products) and which are elementwise; the target says how wide a vector
+register is and how many there are.  From that:
+
+- every GEMM's weight is packed so a column tile is contiguous (gates
+  interleaved when the weight's rows are blocks indexed by a middle axis),
+  and the GEMM becomes a register-tiled micro-kernel whose accumulators
+  (node_tile x middle x column vectors) fit the register file, with its
+  elementwise consumers computed inside the tile from the accumulators;
+- other reductions and elementwise stages are vectorized at the native width;
+- leaves are hoisted into per-word tables when the leaf case reads only the
+  word; column tiles run in parallel across cores.
+
+`derive(rs, info, **knobs)` applies it; `knob_space(program_facts, info)`
+lists the knobs' candidates with the analytic default first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+import tvm_ffi
+
+from .core import ScheduleError
+
+_SPATIAL, _REDUCE = 0, 2
+#: LowerTVMBuiltin keeps a local buffer on the stack (so LLVM can promote it to registers)
+#: only below this size; a larger register tile becomes a heap workspace and runs 3x slower
+STACK_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """A reduction block against a weight: out[n, middle..., col] += A[n, k...] * W[.., col-row, k..]."""
+
+    block: str
+    weight: str
+    #: the weight axis indexed by the output column (the axis `pack` tiles)
+    axis: int
+    #: 1, or the extent of the middle axis that selects a block of weight rows (an LSTM's gates)
+    groups: int
+    #: extent of the output column axis
+    columns: int
+    #: accumulators per node and column vector: the product of the middle extents
+    middle: int
+
+
+def _vars(expr) -> set:
+    found = set()
+    tvm_ffi.structural_walk(expr, (tvm.tirx.Var, lambda v: found.add(v)))
+    return found
+
+
+def _row_groups(expr, column, middle_iters):
+    """1 when expr is the column var, G when it is g * C + column with g a middle iter of extent G
+    (C = the column extent), None otherwise."""
+    if expr.same_as(column.var):
+        return 1
+    if not isinstance(expr, tvm.ir.prim.expr.Add):
+        return None
+    for scaled, col in ((expr.a, expr.b), (expr.b, expr.a)):
+        if col.same_as(column.var) and isinstance(scaled, tvm.ir.prim.expr.Mul):
+            for g, c in ((scaled.a, scaled.b), (scaled.b, scaled.a)):
+                match = [it for it in middle_iters if g.same_as(it.var)]
+                if match and isinstance(c, tvm.tirx.IntImm) and c.value == int(column.dom.extent):
+                    return int(match[0].dom.extent)
+    return None
+
+
+def find_gemm(rs, name: str, weights: set):
+    """The block's Gemm description, or None when it is not a reduction against one weight."""
+    block = rs.sch.get(rs.sch.get_sblock(name))
+    iters = list(block.iter_vars)
+    kinds = [iv.iter_type for iv in iters]
+    if _REDUCE not in kinds or kinds != sorted(kinds) or kinds.count(_SPATIAL) < 2:
+        return None
+    spatial = [iv for iv in iters if iv.iter_type == _SPATIAL]
+    column, middle = spatial[-1], spatial[1:-1]
+    if not isinstance(column.dom.extent, tvm.tirx.IntImm):
+        return None
+    reduce_vars = {iv.var for iv in iters if iv.iter_type == _REDUCE}
+    found = []
+
+    def on_load(ld):
+        if ld.source.name in weights:
+            found.append(ld)
+    tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, on_load))
+    def column_axes(ld):
+        return [d for d, e in enumerate(ld.indices) if any(v.same_as(column.var) for v in _vars(e))]
+    # the B operand is the one weight indexed by the output column; a weight read without
+    # it (an embedding row gathered by word) is part of the A operand
+    by_column = [ld for ld in found if column_axes(ld)]
+    if len({ld.source.name for ld in by_column}) != 1 or len(column_axes(by_column[0])) != 1:
+        return None
+    load = by_column[0]
+    column_axes = column_axes(load)
+    axis = column_axes[0]
+    groups = _row_groups(load.indices[axis], column, middle)
+    other = [v for d, e in enumerate(load.indices) if d != axis for v in _vars(e)]
+    if groups is None or any(not any(v.same_as(r) for r in reduce_vars) for v in other):
+        return None
+    middle_extent = 1
+    for iv in middle:
+        if not isinstance(iv.dom.extent, tvm.tirx.IntImm):
+            return None
+        middle_extent *= int(iv.dom.extent)
+    return Gemm(name, load.source.name, axis, groups, int(column.dom.extent), middle_extent)
+
+
+def gemms(rs) -> list:
+    """Every GEMM block of the scheduled program, leaves first."""
+    weights = {w.name for w in rs.lowered.weights}
+    return [g for g in (find_gemm(rs, name, weights) for name in rs.block_names()) if g is not None]
+
+
+def column_vectors(gemm_middle: int, node_tile: int, lanes: int, registers: int, most: int) -> int:
+    """The most column vectors (<= most) whose accumulators, plus one broadcast per node and one
+    spare register, fit the register file and the stack limit; at least 1."""
+    best = 1
+    for vectors in range(1, most + 1):
+        accumulators = node_tile * gemm_middle * vectors
+        if accumulators + node_tile + 1 <= registers and accumulators * lanes * 4 < STACK_BYTES:
+            best = vectors
+    return best
+
+
+def weight_tiles(found: list, node_tile: int, lanes: int, registers: int, most: int) -> dict:
+    """weight -> column tile: the widest that divides every reader's columns and fits each reader."""
+    tiles = {}
+    for weight in {g.weight for g in found}:
+        readers = [g for g in found if g.weight == weight]
+        vectors = min(column_vectors(g.middle, node_tile, lanes, registers, most) for g in readers)
+        while vectors > 1 and any(g.columns % (vectors * lanes) for g in readers):
+            vectors -= 1
+        tiles[weight] = vectors * lanes if all(g.columns % lanes == 0 for g in readers) else None
+    return tiles
+
+
+def _leaves_compute(rs) -> bool:
+    """Whether the leaf case does arithmetic worth a table (a reduction), not just a gather."""
+    return any(iv.iter_type == _REDUCE for name in rs.block_names("leaves")
+               for iv in rs.sch.get(rs.sch.get_sblock(name)).iter_vars)
+
+
+def _is_untransformed(rs, name):
+    b = rs.sch.get_sblock(name)
+    return len(rs.sch.get_loops(b)) == len(rs.sch.get(b).iter_vars)
+
+
+def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int | None = None,
+           k_unroll: int = 8, hoist: bool = True, persist: bool = True, unroll_depth: int = 1):
+    """Apply the derived schedule to a fresh RecSchedule (see the module docstring); returns rs."""
+    lanes = lanes or info.lanes
+    rs.specialize_leaves()
+    if hoist and _leaves_compute(rs):
+        try:
+            rs.hoist()
+        except ScheduleError:
+            pass               # the leaves read more than a word, or the tables are too large
+    rs.fast_math()
+    rs.pad_levels(node_tile)
+    found = gemms(rs)
+    tiles = weight_tiles(found, node_tile, lanes, info.registers, max_column_vectors)
+    for weight, tile in sorted(tiles.items()):
+        if tile is not None:
+            g = next(g for g in found if g.weight == weight)
+            rs.pack(weight, axis=g.axis, tile=tile, groups=g.groups)
+    for name in rs.scratchpads():
+        rs.dense_index(name)
+    for g in found:
+        if tiles[g.weight] is not None and _is_untransformed(rs, g.block):
+            rs.tile_gemm(g.block, node_tile=node_tile, column_tile=tiles[g.weight], lanes=lanes,
+                         k_unroll=k_unroll)
+    if persist and info.cores > 1:
+        for weight in sorted(w for w, t in tiles.items() if t is not None):
+            rs.persist(weight)
+    for name in rs.block_names():
+        if not _is_untransformed(rs, name):
+            continue
+        for primitive in (rs.vectorize_block, rs.vectorize_reduction):
+            try:
+                primitive(name, lanes=lanes)
+                break
+            except ScheduleError:
+                continue
+    rs.unroll_recursion(unroll_depth)
+    return rs
+
+
+def node_tiles(middle: int, info) -> list:
+    """Node tiles whose GEMM tile with one column vector fits the registers, largest first."""
+    fits = [t for t in (6, 4, 3, 2, 1) if column_vectors(middle, t, info.lanes, info.registers, 1) == 1
+            and t * middle + t + 1 <= info.registers and t * middle * info.lanes * 4 < STACK_BYTES]
+    return fits or [1]
+
+
+def knob_space(widest_middle: int, info) -> dict:
+    """The derived schedule's knobs for a program whose widest GEMM has `widest_middle`
+    accumulators per node and column vector, with the analytic default first."""
+    tiles = node_tiles(widest_middle, info)
+    default = 3 if 3 in tiles else tiles[0]
+    node_tile = [default] + [t for t in tiles if t != default]
+    lanes = [info.lanes] + ([info.lanes // 2] if info.lanes > 4 else [])
+    return {"node_tile": node_tile, "max_column_vectors": [4, 2, 1, 8], "lanes": lanes,
+            "k_unroll": [8, 4, 1], "hoist": [True, False], "persist": [True, False],
+            "unroll_depth": [1, 2, 3]}

@@ -1,0 +1,94 @@
+"""Targets: TVM Targets from names, and what a CPU target offers a micro-kernel.
+
+The ground floor of the pipeline: everything that must know which machine it
+compiles for (schedule derivation, padding, tuning records, export) asks
+here instead of parsing target strings itself.
+
+    make_target("llvm")                              # this machine's CPU, all cores
+    make_target({"kind": "llvm", "mcpu": "haswell"}) # AVX2 code, runnable on an AVX-512 host
+    cpu_info(make_target("llvm")).lanes             # 16 on AVX-512, 8 on AVX2
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm.target import Target, codegen
+
+from . import config
+
+
+def make_target(target) -> Target:
+    """A TVM Target from "llvm", "cuda", "aarch64", a dict or a Target.
+
+    "llvm" means this machine's CPU with all its cores (TVM's "native" falls
+    back to a generic CPU in this version, so the CPU is detected here).  A
+    dict without "num-cores" gets this machine's thread count, so that
+    `{"kind": "llvm", "mcpu": "haswell"}` builds AVX2 code that still uses
+    every core here.
+    """
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, dict):
+        if target.get("kind") == "llvm" and "mtriple" not in target and "num-cores" not in target:
+            target = {**target, "num-cores": config.load().num_threads}
+        return Target(target)
+    if target == "llvm":
+        return Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(),
+                       "num-cores": config.load().num_threads})
+    if target == "cuda":
+        return Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
+    if target == "aarch64":          # a 64-bit ARM CPU with NEON (cross-compilation)
+        return Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]})
+    if isinstance(target, str):
+        raise ValueError(f"unknown target {target!r}: use 'llvm', 'cuda', 'aarch64', a dict or a "
+                         "tvm.target.Target")
+    raise TypeError(f"target must be a string, dict or tvm.target.Target, got {type(target).__name__}")
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """What a register-tiled micro-kernel needs to know about a CPU target."""
+
+    #: float32 lanes of one vector register (16 AVX-512, 8 AVX/AVX2, 4 SSE/NEON)
+    lanes: int
+    #: architectural vector registers (32 zmm with AVX-512 or on AArch64, 16 ymm/xmm otherwise)
+    registers: int
+    #: cores the kernel's parallel loops are split over
+    cores: int
+    #: the vector ISA in one word, part of a tuning record's key
+    isa: str
+    #: the LLVM CPU name ("" when the target names none)
+    mcpu: str
+
+    @property
+    def key(self) -> str:
+        """Identifies code compatibility and tuning relevance: `znver4/avx512`."""
+        return f"{self.mcpu or 'generic'}/{self.isa}"
+
+
+def cpu_info(target) -> CpuInfo:
+    """Vector width, register count and cores of a CPU target (from LLVM's feature list).
+
+    LLVM's own `llvm_get_vector_width` reports 512 even for Haswell, so the
+    width is read from the features instead.
+    """
+    target = make_target(target)
+    if target.kind.name != "llvm":
+        raise ValueError(f"cpu_info: {target.kind.name!r} is not a CPU target")
+    features = set(codegen.llvm_get_cpu_features(target))
+    triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
+    if triple.startswith("aarch64") or "neon" in features:
+        lanes, registers, isa = 4, 32, "neon"
+    elif "avx512f" in features:
+        lanes, registers, isa = 16, 32, "avx512"
+    elif "avx2" in features or "avx" in features:
+        lanes, registers, isa = 8, 16, "avx2" if "avx2" in features else "avx"
+    else:
+        lanes, registers, isa = 4, 16, "sse"
+    cores = int(target.attrs.get("num-cores", 0) or config.load().num_threads)
+    return CpuInfo(lanes, registers, max(1, cores), isa, str(target.attrs.get("mcpu", "")))
+
+
+def host_features() -> set:
+    """LLVM feature names of the CPU this process runs on."""
+    return set(codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})))
