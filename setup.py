@@ -17,7 +17,7 @@ setup(
     package_data={
         "cortex_tvm.data": ["sst_dev.txt"],
         "cortex_tvm.schedules": ["*.json"],
-        "cortex_tvm.tuning_logs": ["*.jsonl"],
+        "cortex_tvm.tuning_logs": ["*.jsonl", "*.json"],
     },
     install_requires=[
         "apache-tvm==0.27.0.post1",

@@ -141,6 +141,11 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
         from .tune.apply import resolve_recipe
         schedule = resolve_recipe(model, tuning_log, tgt, schedule)
     kernel_model = compiled_form(model, tgt)
+    if schedule is None and tgt.kind.name == "llvm":
+        # the shipped cost model ranks a few configurations of the derived schedule, unmeasured
+        from . import recipes
+        from .tune.pretrained import choose
+        schedule = choose(recipes.resolve(kernel_model, tgt, None), kernel_model, tgt)
     rs, recipe = schedule_model(kernel_model, tgt, schedule)
     return build_schedule(kernel_model, rs, tgt, recipe, bounds_check,
                           state_shapes=[s.shape for s in model.program.states])

@@ -39,15 +39,12 @@ def _demo(args) -> int:
     return 0 if worst < 1e-3 else 1
 
 
-_MODELS = {"treelstm": "TreeLSTM", "treefc": "TreeFC"}
-
-
 def _make_model(name, hidden, vocab_size):
-    import cortex_tvm as ct
+    from .bench.cases import MODEL_CLASSES, make_model
     key = name.lower()
-    if key not in _MODELS:
-        raise SystemExit(f"unknown model {name!r}; models: {sorted(_MODELS)}")
-    return getattr(ct.models, _MODELS[key])(hidden_size=hidden, vocab_size=vocab_size)
+    if key not in MODEL_CLASSES:
+        raise SystemExit(f"unknown model {name!r}; models: {sorted(MODEL_CLASSES)}")
+    return make_model(key, hidden, vocab_size)
 
 
 def _show(args) -> int:
@@ -57,20 +54,22 @@ def _show(args) -> int:
     from . import build, recipes
     from .schedule import RecSchedule
 
-    model = _make_model(args.model, args.hidden, args.vocab)
     target = build.make_target(args.target)
-    recipe = recipes.resolve(model, target, args.schedule)
-    if recipe.apply_fn is not None:
-        raise SystemExit(f"recipe {recipe.name!r} is a function; show needs a step recipe (see schedules/)")
+    model = build.compiled_form(_make_model(args.model, args.hidden, args.vocab), target)
 
     def fresh():
         return RecSchedule(model.lower(specialize_leaves=False))
 
+    recipe = recipes.resolve(model, target, args.schedule)
     if recipe.knobs:
         recipe = recipe.fitted(fresh)
+    if recipe.apply_fn is not None:        # a derived (function) schedule: show the steps it took
+        steps = [step.as_json() for step in recipe.apply(fresh()).trace]
+        recipe = recipes.Recipe(recipe.name, tuple(steps), knobs={k: [v] for k, v in recipe.knob_values().items()})
     rs = fresh()
     before = rs.show()
-    print(f"# {type(model).__name__} H={args.hidden}, recipe {recipe.name!r}, knobs {recipe.knob_values()}")
+    print(f"# {type(model).__name__} H={args.hidden} (kernel H={model.hidden_size}), schedule {recipe.name!r}, "
+          f"knobs {recipe.knob_values()}")
     print("# ---- lowered program (before any primitive)")
     print(before)
     for step in recipe.steps_with_knobs():
@@ -102,7 +101,7 @@ def main(argv=None) -> int:
     demo.add_argument("--trees", default=None, help="a PTB-bracket file instead of the bundled SST sample")
     demo.set_defaults(run=_demo)
     show = sub.add_parser("show", help="print the TIR after each primitive of a schedule recipe")
-    show.add_argument("model", help="treelstm or treefc")
+    show.add_argument("model", help="a zoo model: treelstm, treefc, treegru, childsum, mvrnn, dagrnn, seqlstm, seqgru")
     show.add_argument("--hidden", type=int, default=64)
     show.add_argument("--vocab", type=int, default=100)
     show.add_argument("--schedule", default=None, help="recipe name or .json path (default: the model's)")

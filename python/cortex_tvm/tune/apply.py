@@ -45,8 +45,14 @@ def recipe_from_log(model, log, target="llvm", batch_size=None, schedule=None):
     db = open_log(log)
     record, how = db.nearest(workload)
     if record is None:
-        warnings.warn(f"no tuning record for {workload.model} on {workload.target} in {log}; "
-                      f"using the default recipe {space.recipe.name!r}", stacklevel=3)
+        elsewhere = sorted({r.workload.target for r in db.records if r.workload.model == workload.model})
+        if elsewhere:
+            warnings.warn(f"the tuning records for {workload.model} in {log} were measured on "
+                          f"{', '.join(elsewhere)}, not on this target ({workload.target}): not applied; "
+                          f"using the default schedule {space.recipe.name!r}", stacklevel=3)
+        else:
+            warnings.warn(f"no tuning record for {workload.model} on {workload.target} in {log}; "
+                          f"using the default recipe {space.recipe.name!r}", stacklevel=3)
         return space.recipe, "default"
     for candidate in db.top_k(record.workload, k=len(db.records)):
         point = candidate.point
@@ -69,6 +75,8 @@ def apply_best(model, log, target="llvm", batch_size=None, schedule=None):
     return model.compile(target=target, schedule=recipe)
 
 
-def resolve_recipe(model, log, target, schedule) -> _recipes.Recipe:
-    """The hook `compile_model(tuning_log=...)` calls."""
-    return recipe_from_log(model, log, target, None, schedule)[0]
+def resolve_recipe(model, log, target, schedule):
+    """The hook `compile_model(tuning_log=...)` calls: the log's recipe, or `schedule` itself
+    when the log has nothing for this model and target (the caller then picks as without a log)."""
+    recipe, how = recipe_from_log(model, log, target, None, schedule)
+    return schedule if how == "default" else recipe

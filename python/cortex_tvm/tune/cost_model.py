@@ -19,9 +19,11 @@ PARAMS = {"objective": "rank:pairwise", "eta": 0.2, "max_depth": 4, "min_child_w
 class CostModel:
     """`update(points, latencies)` trains; `predict(points)` scores (higher = faster)."""
 
-    def __init__(self, stats: WorkloadStats, rounds: int = 60, seed: int = 0):
-        self.stats, self.rounds, self.seed = stats, rounds, seed
-        self._booster = None
+    def __init__(self, stats: WorkloadStats, rounds: int = 60, seed: int = 0, facts=None, prior=None):
+        self.stats, self.rounds, self.seed, self.facts = stats, rounds, seed, facts
+        #: a pre-trained booster (the shipped model) to start from: predictions before the first
+        #: update come from it, and updates continue its trees
+        self._prior = self._booster = prior
 
     @property
     def trained(self) -> bool:
@@ -33,12 +35,13 @@ class CostModel:
         keep = [(p, t) for p, t in zip(points, latencies) if np.isfinite(t)]
         if len(keep) < 2:
             return self
-        x = featurize([p for p, _ in keep], self.stats)
+        x = featurize([p for p, _ in keep], self.stats, self.facts)
         # relevance: faster is more relevant; -log keeps ratios, not seconds, meaningful
         y = -np.log(np.array([t for _, t in keep], dtype=np.float64))
         data = xgb.DMatrix(x, label=y)
         data.set_group([len(keep)])
-        self._booster = xgb.train({**PARAMS, "seed": self.seed}, data, num_boost_round=self.rounds)
+        self._booster = xgb.train({**PARAMS, "seed": self.seed}, data, num_boost_round=self.rounds,
+                                  xgb_model=self._prior)
         return self
 
     def predict(self, points) -> np.ndarray:
@@ -46,7 +49,7 @@ class CostModel:
         if not self.trained or not points:
             return np.zeros(len(points))
         import xgboost as xgb
-        return self._booster.predict(xgb.DMatrix(featurize(points, self.stats)))
+        return self._booster.predict(xgb.DMatrix(featurize(points, self.stats, self.facts)))
 
     def save(self, path) -> None:
         if not self.trained:

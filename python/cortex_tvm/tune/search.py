@@ -51,7 +51,9 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
     resumed_with = len(done)
     if done and log is not None:
         print(f"tune: resuming, {len(done)} trials of {workload} already in the log", file=log)
-    model = CostModel(stats, seed=config.seed)
+    from .pretrained import facts_for, shipped_booster
+    facts = facts_for(space)
+    model = CostModel(stats, seed=config.seed, facts=facts, prior=shipped_booster() if facts else None)
     target_detail = str(getattr(measurer, "target", ""))
     info = versions()
 

@@ -4,13 +4,23 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ..target import cpu_info, make_target
+
+
+def target_key(target) -> str:
+    """"llvm:<mcpu>/<isa>" for a CPU, the kind for anything else (see Workload)."""
+    tgt = make_target(target)
+    return f"llvm:{cpu_info(tgt).key}" if tgt.kind.name == "llvm" else tgt.kind.name
+
 
 @dataclass(frozen=True)
 class Workload:
     """The key of a tuning record: records of equal workloads are comparable.
 
-    `target` is the target kind ("llvm", "cuda"); logs travel between
-    machines of the same kind (the full target string is kept in each record).
+    `target` names the code a record was measured with: for a CPU the LLVM
+    CPU and its vector ISA ("llvm:znver4/avx512", "llvm:haswell/avx2"), so a
+    record made on one CPU is never applied to another; for a GPU the kind
+    ("cuda").  The full target string is kept in each record too.
     """
 
     model: str
@@ -22,10 +32,10 @@ class Workload:
 
     @classmethod
     def of(cls, model, target="llvm", batch_size: int | None = 10) -> "Workload":
-        from ..build import make_target
         hidden = int(model.hidden_size)
         return cls(type(model).__name__, hidden, int(getattr(model, "embed_size", hidden)),
-                   int(getattr(model, "vocab_size", 0) or 0), make_target(target).kind.name, None if batch_size is None else int(batch_size))
+                   int(getattr(model, "vocab_size", 0) or 0), target_key(target),
+                   None if batch_size is None else int(batch_size))
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -1,0 +1,215 @@
+"""The shipped cost model: one XGBoost ranker trained on many (model, size, batch, CPU) points.
+
+Its features come from the program and the CPU (`features.derived_vector`), not from knob
+values, so it ranks configurations of models, sizes and CPUs it was not trained on.
+`compile()` without a tuning log uses it to pick the derived schedule's knobs from a small
+candidate set, with no measurement; the tuner starts its search from it.
+
+    python -m cortex_tvm.tune.pretrained collect --out runs.jsonl --models treelstm treefc \\
+        --hidden 64 150 256 --mcpu native haswell      # measure (JSON lines, resumable)
+    python -m cortex_tvm.tune.pretrained train runs.jsonl ... --out tuning/cost_model.json
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import json
+import os
+import sys
+import time
+from importlib import resources
+
+import numpy as np
+
+from .features import ProgramFacts, WorkloadStats, derived_vector
+from .space import Space, TuningPoint
+
+MODEL_FILE = "cost_model.json"
+#: the candidates compile() ranks: every combination of these knobs' first few values
+CANDIDATE_KNOBS = {"node_tile": 3, "max_column_vectors": 3, "unroll_depth": 2}
+
+
+@functools.lru_cache(maxsize=1)
+def shipped_booster():
+    """The shipped xgboost Booster, or None when the package has none."""
+    entry = resources.files("cortex_tvm.tuning_logs") / MODEL_FILE
+    if not entry.is_file():
+        return None
+    import xgboost as xgb
+    booster = xgb.Booster()
+    with resources.as_file(entry) as path:
+        booster.load_model(str(path))
+    return booster
+
+
+def facts_for(space) -> ProgramFacts | None:
+    """ProgramFacts for a space over the derived schedule (None for hand-written recipes)."""
+    if space.recipe.name != "derived" or space.target.kind.name != "llvm":
+        return None
+    return ProgramFacts.of(space.kernel_model, space.target)
+
+
+def typical_stats(kernel_model, batch_size: int = 10) -> WorkloadStats:
+    """Shape statistics of a typical batch (SST trees, words folded into the vocabulary): the
+    prior compile() ranks with when it has not seen the user's trees."""
+    from .. import data
+    trees, _ = data.sst_sample()
+    vocab = getattr(kernel_model, "vocab_bound", None) or 1
+    folded = [_fold(t, vocab) for t in trees[:batch_size]]
+    return WorkloadStats.of(kernel_model, [folded])
+
+
+def _fold(tree, vocab):
+    from ..data import Node, postorder
+    made = {}
+    for n in postorder(tree):
+        made[id(n)] = Node(word=n.word % vocab) if n.is_leaf else Node(children=[made[id(c)] for c in n.children])
+    return made[id(tree)]
+
+
+def candidates(recipe) -> list:
+    """The small set of points compile() ranks (first values of the knobs that matter most)."""
+    names = list(recipe.knobs)
+    choices = [recipe.knobs[k][:CANDIDATE_KNOBS.get(k, 1)] for k in names]
+    return [TuningPoint.of(**dict(zip(names, values))) for values in itertools.product(*choices)]
+
+
+def choose(recipe, kernel_model, target):
+    """The derived recipe with the knobs the shipped model ranks first (no measurement);
+    the recipe unchanged when no model is shipped."""
+    booster = shipped_booster()
+    if booster is None or recipe.name != "derived":
+        return recipe
+    import xgboost as xgb
+    facts = ProgramFacts.of(kernel_model, target)
+    stats = typical_stats(kernel_model)
+    points = candidates(recipe)
+    x = np.array([derived_vector(p.as_dict(), facts, stats) for p in points], dtype=np.float32)
+    best = points[int(np.argmax(booster.predict(xgb.DMatrix(x))))]
+    return recipe.with_knobs(**best.as_dict())
+
+
+# -- building the shipped model ------------------------------------------------------------------
+def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repeats=3, seed=0,
+            progress=sys.stderr):
+    """Measure `points` configurations of every (model, H, CPU) at every batch size; one JSON
+    line per measurement with its features, appended to `out` (rerunning skips what is there)."""
+    from .. import data
+    from ..bench.cases import make_model, structures
+    from ..target import make_target
+    from .measure import Measurer
+    done = set()
+    if os.path.exists(out):
+        with open(out, encoding="utf-8") as f:
+            done = {json.loads(line)["key"] for line in f if line.strip()}
+    trees, vocab = data.sst_sample()
+    rng = np.random.default_rng(seed)
+    for name, H, mcpu in itertools.product(models, hidden, mcpus):
+        target = make_target({"kind": "llvm", "mcpu": mcpu} if mcpu != "native" else "llvm")
+        model = make_model(name, H, len(vocab))
+        space = Space(model, target)
+        facts = ProgramFacts.of(space.kernel_model, target)
+        # the default first (held_out_report compares against it), then compile()'s candidates
+        # (the ranking that matters), then random points for coverage
+        pool = [p for p in candidates(space.recipe) if p != space.default() and space.is_valid(p)]
+        picked = [pool[i] for i in rng.permutation(len(pool))[:points // 2]]
+        chosen = [space.default()] + picked
+        chosen += space.sample(points - len(chosen), rng, exclude=chosen)
+        for B in batch_sizes:
+            batches = [structures(name, trees[s:s + B]) for s in range(0, 40 * max(B, 10), 40 * max(B, 10) // 4)][:4]
+            stats = WorkloadStats.of(model, batches)
+            measurer = Measurer(model, batches, target, repeats=repeats, warmup=1)
+            for point in chosen:
+                key = f"{name}/{H}/{mcpu}/{B}/{point}"
+                if key in done:
+                    continue
+                start = time.perf_counter()
+                result = measurer.measure(space, point)
+                row = {"key": key, "group": f"{name}/{H}/{mcpu}/{B}", "knobs": point.to_json(),
+                       "seconds": result.mean if np.isfinite(result.mean) else None, "error": result.error,
+                       "features": derived_vector(point.as_dict(), facts, stats)}
+                with open(out, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(row) + "\n")
+                if progress is not None:
+                    print(f"collect: {key}: {result.mean * 1e3:.3f} ms ({time.perf_counter() - start:.1f} s)",
+                          file=progress, flush=True)
+
+
+def load_runs(paths) -> list:
+    rows = []
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            rows += [json.loads(line) for line in f if line.strip()]
+    return [r for r in rows if r["seconds"]]
+
+
+def train(rows, rounds: int = 200, seed: int = 0):
+    """An xgboost pairwise ranker over groups (one group per workload and batch size)."""
+    import xgboost as xgb
+    from .cost_model import PARAMS
+    groups = sorted({r["group"] for r in rows})
+    rows = sorted(rows, key=lambda r: groups.index(r["group"]))
+    x = np.array([r["features"] for r in rows], dtype=np.float32)
+    y = -np.log(np.array([r["seconds"] for r in rows]))
+    data = xgb.DMatrix(x, label=y)
+    data.set_group([sum(r["group"] == g for r in rows) for g in groups])
+    return xgb.train({**PARAMS, "seed": seed}, data, num_boost_round=rounds)
+
+
+def held_out_report(rows, by: str = "hidden", out=sys.stdout) -> dict:
+    """Leave one value of `by` ("hidden", "model" or "mcpu") out, train on the rest, and report
+    on the held-out groups: Spearman of predicted vs measured order, and the regret of the
+    top-ranked point against the group's best and against the analytic default."""
+    import xgboost as xgb
+    from .cost_model import spearman
+    index = {"model": 0, "hidden": 1, "mcpu": 2}[by]
+    values = sorted({r["group"].split("/")[index] for r in rows})
+    report = {}
+    for value in values:
+        test = [r for r in rows if r["group"].split("/")[index] == value]
+        booster = train([r for r in rows if r["group"].split("/")[index] != value])
+        rhos, regrets, default_regrets = [], [], []
+        for g in sorted({r["group"] for r in test}):
+            grp = [r for r in test if r["group"] == g]
+            if len(grp) < 3:
+                continue
+            pred = booster.predict(xgb.DMatrix(np.array([r["features"] for r in grp], dtype=np.float32)))
+            secs = np.array([r["seconds"] for r in grp])
+            rhos.append(spearman(pred, -secs))
+            regrets.append(secs[int(np.argmax(pred))] / secs.min() - 1)
+            default_regrets.append(secs[0] / secs.min() - 1)       # collect() measures the default first
+        report[value] = (float(np.mean(rhos)), float(np.mean(regrets)), float(np.mean(default_regrets)))
+        print(f"held out {by}={value}: spearman {report[value][0]:.2f}, model's pick {100 * report[value][1]:.1f}% "
+              f"slower than the best, analytic default {100 * report[value][2]:.1f}% slower", file=out)
+    return report
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cortex_tvm.tune.pretrained")
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("--out", required=True)
+    c.add_argument("--models", nargs="+", default=["treelstm", "treefc"])
+    c.add_argument("--hidden", nargs="+", type=int, default=[64, 150, 256])
+    c.add_argument("--mcpu", nargs="+", default=["native", "haswell"])
+    c.add_argument("--batch", nargs="+", type=int, default=[1, 10, 64])
+    c.add_argument("--points", type=int, default=8)
+    t = sub.add_parser("train")
+    t.add_argument("runs", nargs="+")
+    t.add_argument("--out", required=True)
+    t.add_argument("--report", choices=["hidden", "model", "mcpu"], nargs="*", default=["hidden", "model", "mcpu"])
+    args = parser.parse_args(argv)
+    if args.command == "collect":
+        collect(args.out, args.models, args.hidden, args.mcpu, args.batch, args.points)
+        return 0
+    rows = load_runs(args.runs)
+    for by in args.report:
+        held_out_report(rows, by)
+    train(rows).save_model(args.out)
+    print(f"trained on {len(rows)} measurements of {len({r['group'] for r in rows})} groups -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
