@@ -38,22 +38,6 @@ def load_case(path):
     return model, batches, data
 
 
-def runtime_flops(model, compiled, batches) -> float:
-    """Mean FLOPs per batch that the compiled kernel does at run time: a hoisted leaf is a
-    table lookup, its work was done when the model was compiled."""
-    from ..data import Node
-
-    total = []
-    for batch in batches:
-        lin = model.linearize(batch)
-        flops = model.flops(lin)
-        if compiled.plan.hoisted:
-            leaves = int(lin.level_offsets[1] - lin.level_offsets[0])
-            flops -= leaves * model.flops(model.linearize([Node(word=0)]))
-        total.append(flops)
-    return float(np.mean(total))
-
-
 def run_model(system, path, repeats, mcpu=None):
     model, batches, data = load_case(path)
     extra = {}
@@ -63,7 +47,7 @@ def run_model(system, path, repeats, mcpu=None):
         extra["compile_s"] = round(time.perf_counter() - start, 3)
         extra["recipe"] = getattr(fn, "recipe_name", None)
         extra["target"] = str(fn.target)
-        extra["runtime_flops"] = runtime_flops(model, fn, batches)
+        extra["runtime_flops"] = float(np.mean([model.runtime_flops(b, bool(fn.plan.hoisted)) for b in batches]))
     else:
         fn = model.reference
     out = np.asarray(fn(batches[0]))

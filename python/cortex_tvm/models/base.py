@@ -165,6 +165,17 @@ class Model:
         """Useful multiply-add FLOPs for one batch (for GFLOP/s reports); 0 if unknown."""
         return 0.0
 
+    def runtime_flops(self, trees, leaves_hoisted: bool) -> float:
+        """The useful FLOPs a kernel does at run time on `trees`: all of `flops`, less the leaves'
+        share when they are table lookups (`hoist`: that work was done at compile time)."""
+        lin = self.linearize(trees)            # no padding: real nodes only
+        flops = self.flops(lin)
+        if leaves_hoisted:
+            from ..data import Node
+            leaves = int(lin.level_offsets[1] - lin.level_offsets[0])
+            flops -= leaves * self.flops(self.linearize([Node(word=0)]))
+        return flops
+
 
 class WordModel(Model):
     """A model reading word embeddings: hidden size H, vocabulary V, embedding size E (H unless given)."""

@@ -192,9 +192,13 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
 
 
 def node_tiles(middle: int, info) -> list:
-    """Node tiles whose GEMM tile with one column vector fits the registers, largest first."""
-    fits = [t for t in (6, 4, 3, 2, 1) if column_vectors(middle, t, info.lanes, info.registers, 1) == 1
-            and t * middle + t + 1 <= info.registers and t * middle * info.lanes * 4 < STACK_BYTES]
+    """Node tiles whose GEMM tile with one column vector fits the registers, largest first.
+
+    AVX-512 (32 registers of 16 lanes), LSTM gates (middle 5): [3, 2, 1]: 3 x 5 accumulators
+    and 3 broadcasts; 4 x 5 would fit the registers but not the stack limit.  AVX2 (16 of 8): [2, 1].
+    """
+    fits = [t for t in (6, 4, 3, 2, 1) if t * middle + t + 1 <= info.registers
+            and t * middle * info.lanes * 4 < STACK_BYTES]
     return fits or [1]
 
 

@@ -1,0 +1,101 @@
+"""The derived schedule: GEMM detection from the program, register tiles from the CPU, and the
+IR it produces; vectorize_reduction, the primitive it uses for reductions not against a weight."""
+import numpy as np
+import pytest
+import tvm
+
+import cortex_tvm as ct
+from cortex_tvm.schedule import derive
+from cortex_tvm.target import CpuInfo
+
+from .irutil import loops_around
+
+K = tvm.tirx.ForKind
+AVX512 = CpuInfo(lanes=16, registers=32, cores=2, isa="avx512", mcpu="znver4")
+AVX2 = CpuInfo(lanes=8, registers=16, cores=2, isa="avx2", mcpu="haswell")
+
+
+def _specialized(model):
+    rs = ct.RecSchedule(model.lower())
+    return rs.specialize_leaves()
+
+
+def test_gemms_of_tree_lstm():
+    found = {g.block: g for g in derive.gemms(_specialized(ct.models.TreeLSTM(32, 50, embed_size=24)))}
+    assert set(found) == {"leaf_gates_sum", "gates_sum"}
+    # U[g * H + i, j * H + k]: rows are five gate blocks indexed by the middle axis g
+    assert found["gates_sum"] == derive.Gemm("gates_sum", "U", axis=0, groups=5, columns=32, middle=5)
+    assert found["leaf_gates_sum"] == derive.Gemm("leaf_gates_sum", "W", axis=0, groups=3, columns=32, middle=3)
+
+
+def test_gemms_of_other_layouts():
+    gru = {g.block: g for g in derive.gemms(_specialized(ct.models.TreeGRU(16, 50)))}
+    assert gru["gates_sum"] == derive.Gemm("gates_sum", "U", axis=0, groups=1, columns=48, middle=1)
+    assert gru["candidate_sum"].weight == "Uh"
+    mv = {g.block for g in derive.gemms(_specialized(ct.models.MVRNN(8, 50)))}
+    # internal_A reads WM by a middle axis, not by its output column: a vectorized reduction instead
+    assert "internal_a_sum" in mv and "internal_A" not in mv and "mixed" not in mv
+    seq = {g.block: g for g in derive.gemms(_specialized(ct.models.SeqLSTM(16, 50)))}
+    # W_ih[r, e] * emb[word[child], e]: the embedding row is the A operand, W_ih the weight
+    assert seq["input_gates_sum"].weight == "W_ih" and seq["hidden_gates_sum"].weight == "W_hh"
+
+
+@pytest.mark.parametrize("info,middle,want", [(AVX512, 5, [3, 2, 1]), (AVX2, 5, [2, 1]),
+                                              (AVX512, 1, [6, 4, 3, 2, 1]), (AVX2, 1, [6, 4, 3, 2, 1])])
+def test_node_tiles_fit_the_register_file(info, middle, want):
+    assert derive.node_tiles(middle, info) == want
+    for t in want:
+        assert t * middle + t + 1 <= info.registers
+
+
+def test_column_vectors_fit_registers_and_stack():
+    assert derive.column_vectors(5, 3, 16, 32, most=4) == 1          # 15 accumulators
+    assert derive.column_vectors(1, 3, 16, 32, most=4) == 4          # 12 accumulators, 768 B
+    assert derive.column_vectors(1, 6, 16, 32, most=8) == 2          # 6 x 3 x 64 B would hit 1 KiB
+    assert derive.column_vectors(5, 3, 8, 16, most=4) == 1           # spills, but never below one vector
+
+
+def test_derived_ir_for_tree_lstm():
+    model = ct.models.TreeLSTM(32, 50)
+    rs = derive.derive(ct.RecSchedule(model.lower()), AVX512)
+    steps = [(s.primitive, s.args) for s in rs.trace]
+    assert ("pack", {"weight": "U", "axis": 0, "tile": 16, "groups": 5}) in steps
+    assert ("tile_gemm", {"block": "gates_sum", "node_tile": 3, "column_tile": 16, "lanes": 16, "k_unroll": 8}) in steps
+    assert ("hoist", {"budget_mb": 64.0}) in steps and ("persist", {"weight": "U"}) in steps
+    loops = loops_around(rs.func, "gates_sum")
+    assert loops[-1].kind == K.VECTORIZED and int(loops[-1].extent) == 16
+    assert [l.kind for l in loops].count(K.PARALLEL) == 1
+    # the LSTM epilogue runs inside the GEMM's column tile
+    assert loops_around(rs.func, "internal_h")[0].same_as(loops[0]) or \
+        str(loops_around(rs.func, "internal_h")[0].loop_var) == str(loops[0].loop_var)
+
+
+def test_derived_ir_for_avx2_uses_8_lanes():
+    rs = derive.derive(ct.RecSchedule(ct.models.TreeLSTM(32, 50).lower()), AVX2, node_tile=2)
+    tile = next(s.args for s in rs.trace if s.primitive == "tile_gemm")
+    assert tile["lanes"] == 8 and tile["node_tile"] == 2 and tile["column_tile"] == 8
+
+
+def test_vectorize_reduction_ir_and_numbers():
+    model = ct.models.ChildSumTreeLSTM(32, 50, max_children=3)
+    rs = _specialized(model)
+    before = loops_around(rs.func, "h_sum")[1:]
+    assert [l.kind for l in before] == [K.SERIAL] * 3 and [int(l.extent) for l in before[1:]] == [32, 3]
+    rs.vectorize_reduction("h_sum", lanes=16)
+    after = loops_around(rs.func, "h_sum")[1:]
+    # (node, unit, child) -> (node, unit tile, child, 16 lanes): the child sum adds whole vectors
+    assert [l.kind for l in after] == [K.SERIAL, K.SERIAL, K.SERIAL, K.VECTORIZED]
+    assert [int(l.extent) for l in after[1:]] == [2, 3, 16]
+    trees = ct.data.random_trees(6, (1, 9), seed=2, vocab_size=50)
+    nary = [ct.data.Node(children=[t, ct.data.Node(word=1), ct.data.Node(word=2)]) for t in trees]
+    np.testing.assert_allclose(rs.build(model)(nary), model.reference(nary), atol=1e-5)
+
+
+def test_vectorize_reduction_preconditions():
+    rs = _specialized(ct.models.ChildSumTreeLSTM(24, 50, max_children=3))
+    with pytest.raises(ct.ScheduleError, match="not a multiple of 16"):
+        rs.vectorize_reduction("h_sum", lanes=16)
+    with pytest.raises(ct.ScheduleError, match="is not a .* reduction block"):
+        rs.vectorize_reduction("internal_h", lanes=8)
+    with pytest.raises(ct.ScheduleError, match="lanes must be a positive int"):
+        rs.vectorize_reduction("h_sum", lanes=0)
