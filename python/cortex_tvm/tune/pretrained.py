@@ -5,9 +5,9 @@ values, so it ranks configurations of models, sizes and CPUs it was not trained 
 `compile()` without a tuning log uses it to pick the derived schedule's knobs from a small
 candidate set, with no measurement; the tuner starts its search from it.
 
-    python -m cortex_tvm.tune.pretrained collect --out runs.jsonl --models treelstm treefc \\
+    python -m cortex_tvm.bench.cost_data --out runs.jsonl --models treelstm treefc \\
         --hidden 64 150 256 --mcpu native haswell      # measure (JSON lines, resumable)
-    python -m cortex_tvm.tune.pretrained train runs.jsonl ... --out tuning/cost_model.json
+    python -m cortex_tvm.tune.pretrained runs.jsonl ... --out tuning/cost_model.json
 """
 from __future__ import annotations
 
@@ -15,15 +15,13 @@ import argparse
 import functools
 import itertools
 import json
-import os
 import sys
-import time
 from importlib import resources
 
 import numpy as np
 
 from .features import ProgramFacts, WorkloadStats, derived_vector
-from .space import Space, TuningPoint
+from .space import TuningPoint
 
 MODEL_FILE = "cost_model.json"
 #: the candidates compile() ranks: every combination of these knobs' first few values
@@ -90,52 +88,7 @@ def choose(recipe, kernel_model, target):
     return recipe.with_knobs(**best.as_dict())
 
 
-# -- building the shipped model ------------------------------------------------------------------
-def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repeats=3, seed=0,
-            progress=sys.stderr):
-    """Measure `points` configurations of every (model, H, CPU) at every batch size; one JSON
-    line per measurement with its features, appended to `out` (rerunning skips what is there)."""
-    from .. import data
-    from ..bench.cases import make_model, structures
-    from ..target import make_target
-    from .measure import Measurer
-    done = set()
-    if os.path.exists(out):
-        with open(out, encoding="utf-8") as f:
-            done = {json.loads(line)["key"] for line in f if line.strip()}
-    trees, vocab = data.sst_sample()
-    rng = np.random.default_rng(seed)
-    for name, H, mcpu in itertools.product(models, hidden, mcpus):
-        target = make_target({"kind": "llvm", "mcpu": mcpu} if mcpu != "native" else "llvm")
-        model = make_model(name, H, len(vocab))
-        space = Space(model, target)
-        facts = ProgramFacts.of(space.kernel_model, target)
-        # the default first (held_out_report compares against it), then compile()'s candidates
-        # (the ranking that matters), then random points for coverage
-        pool = [p for p in candidates(space.recipe) if p != space.default() and space.is_valid(p)]
-        picked = [pool[i] for i in rng.permutation(len(pool))[:points // 2]]
-        chosen = [space.default()] + picked
-        chosen += space.sample(points - len(chosen), rng, exclude=chosen)
-        for B in batch_sizes:
-            batches = [structures(name, trees[s:s + B]) for s in range(0, 40 * max(B, 10), 40 * max(B, 10) // 4)][:4]
-            stats = WorkloadStats.of(model, batches)
-            measurer = Measurer(model, batches, target, repeats=repeats, warmup=1)
-            for point in chosen:
-                key = f"{name}/{H}/{mcpu}/{B}/{point}"
-                if key in done:
-                    continue
-                start = time.perf_counter()
-                result = measurer.measure(space, point)
-                row = {"key": key, "group": f"{name}/{H}/{mcpu}/{B}", "knobs": point.to_json(),
-                       "seconds": result.mean if np.isfinite(result.mean) else None, "error": result.error,
-                       "features": derived_vector(point.as_dict(), facts, stats)}
-                with open(out, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(row) + "\n")
-                if progress is not None:
-                    print(f"collect: {key}: {result.mean * 1e3:.3f} ms ({time.perf_counter() - start:.1f} s)",
-                          file=progress, flush=True)
-
-
+# -- building the shipped model (the measurements come from `python -m cortex_tvm.bench.cost_data`) --
 def load_runs(paths) -> list:
     rows = []
     for path in paths:
@@ -186,23 +139,13 @@ def held_out_report(rows, by: str = "hidden", out=sys.stdout) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cortex_tvm.tune.pretrained")
-    sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("collect")
-    c.add_argument("--out", required=True)
-    c.add_argument("--models", nargs="+", default=["treelstm", "treefc"])
-    c.add_argument("--hidden", nargs="+", type=int, default=[64, 150, 256])
-    c.add_argument("--mcpu", nargs="+", default=["native", "haswell"])
-    c.add_argument("--batch", nargs="+", type=int, default=[1, 10, 64])
-    c.add_argument("--points", type=int, default=8)
-    t = sub.add_parser("train")
-    t.add_argument("runs", nargs="+")
-    t.add_argument("--out", required=True)
-    t.add_argument("--report", choices=["hidden", "model", "mcpu"], nargs="*", default=["hidden", "model", "mcpu"])
+    parser = argparse.ArgumentParser(prog="python -m cortex_tvm.tune.pretrained",
+                                     description="train the shipped cost model on measurements")
+    parser.add_argument("runs", nargs="+", help="JSON lines from python -m cortex_tvm.bench.cost_data")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--report", choices=["hidden", "model", "mcpu"], nargs="*",
+                        default=["hidden", "model", "mcpu"])
     args = parser.parse_args(argv)
-    if args.command == "collect":
-        collect(args.out, args.models, args.hidden, args.mcpu, args.batch, args.points)
-        return 0
     rows = load_runs(args.runs)
     for by in args.report:
         held_out_report(rows, by)
