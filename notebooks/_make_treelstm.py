@@ -38,7 +38,8 @@ The default schedule is derived from the program and this CPU
 (`cortex_tvm/schedule/derive.py`); its trace is a list of named primitives,
 replayed here one step at a time.  After each step: what changed in the TIR, and the end-to-end
 latency of the program scheduled so far (with the same numbers as numpy).""")
-code("""from cortex_tvm.build import compiled_form, schedule_model
+code("""from cortex_tvm.build import schedule_model
+from cortex_tvm.padding import compiled_form
 kernel_model = compiled_form(model, target)       # sizes padded to the vector width (none at H=32/256)
 scheduled, recipe = schedule_model(kernel_model, target)
 steps = [step.as_json() for step in scheduled.trace]

@@ -2,14 +2,14 @@
 import struct
 
 import cortex_tvm as ct
-from cortex_tvm import build
+from cortex_tvm import compiler
 
 EM_AARCH64 = 183
 
 
 def test_aarch64_object(tmp_path):
     model = ct.models.TreeFC(hidden_size=32, vocab_size=20)
-    path = build.cross_compile(model, "aarch64", tmp_path / "treefc_aarch64.o")
+    path = compiler.cross_compile(model, "aarch64", tmp_path / "treefc_aarch64.o")
     data = open(path, "rb").read()
     assert data[:4] == b"\x7fELF"
     assert struct.unpack_from("<H", data, 18)[0] == EM_AARCH64

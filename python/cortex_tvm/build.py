@@ -1,4 +1,7 @@
-"""Targets and compilation: a scheduled PrimFunc -> a runtime module, cached per process."""
+"""Build: a scheduled program -> a runtime module (cached per process and on disk) -> CompiledModel.
+
+The stage below `compiler` (which picks the schedule) and above `runtime` (which runs it).
+"""
 from __future__ import annotations
 
 import hashlib
@@ -12,9 +15,10 @@ import tvm
 import tvm_ffi
 from tvm.target import Target
 
-from . import config
-from .models.padding import padded
-from .target import cpu_info, make_target
+from . import config, data, recipes
+from .runtime import CompiledModel, weight_arrays
+from .schedule import RecSchedule, ScheduleError, split_per_level
+from .target import make_target
 
 _cache: dict = {}
 _cache_lock = threading.Lock()
@@ -108,9 +112,6 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
 
 def schedule_model(model, target, schedule=None):
     """model -> lowered -> RecSchedule with the recipe applied and finalized."""
-    from . import recipes
-    from .schedule import RecSchedule, ScheduleError
-
     def fresh():
         return RecSchedule(model.lower(specialize_leaves=False))
 
@@ -129,37 +130,6 @@ def schedule_model(model, target, schedule=None):
     return rs.finalize(), recipe
 
 
-def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_check=False):
-    """model -> lowered -> scheduled -> built -> CompiledModel.
-
-    bounds_check=True builds with TVM's `tirx.instrument_bound_checkers` and makes `run()`
-    validate every index array first (see BOUNDS_CHECK): hand-made arrays raise ValueError."""
-    if not isinstance(bounds_check, bool):
-        raise TypeError(f"bounds_check must be a bool, got {type(bounds_check).__name__}")
-    tgt = make_target(target)
-    if tuning_log is not None:
-        from .tune.apply import resolve_recipe
-        schedule = resolve_recipe(model, tuning_log, tgt, schedule)
-    kernel_model = compiled_form(model, tgt)
-    if schedule is None and tgt.kind.name == "llvm":
-        # the shipped cost model ranks a few configurations of the derived schedule, unmeasured
-        from . import recipes
-        from .tune.pretrained import choose
-        schedule = choose(recipes.resolve(kernel_model, tgt, None), kernel_model, tgt)
-    rs, recipe = schedule_model(kernel_model, tgt, schedule)
-    return build_schedule(kernel_model, rs, tgt, recipe, bounds_check,
-                          state_shapes=[s.shape for s in model.program.states])
-
-
-def compiled_form(model, target):
-    """The model as a CPU kernel computes it: sizes rounded up to the vector width with zero
-    weights (models/padding.py), so every size gets full vectors and register tiles."""
-    tgt = make_target(target)
-    if tgt.kind.name != "llvm":
-        return model
-    return padded(model, cpu_info(tgt).lanes) or model
-
-
 def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = False, state_shapes=None):
     """A scheduled program (RecSchedule) + the model's weights -> CompiledModel.
 
@@ -167,10 +137,6 @@ def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = F
     without it to compute the leaf tables; by default the schedule's own
     trace is replayed for that.
     """
-    from . import recipes
-    from .runtime import CompiledModel, weight_arrays
-    from .schedule import split_per_level
-
     tgt = make_target(target)
     rs.finalize()
     recipe = recipe or recipes.Recipe("custom", apply_fn=lambda _: None)
@@ -190,10 +156,6 @@ def hoisted_tables(model, rs, recipe, target) -> dict:
     device (a GPU may not be present when compiling), with the model's CPU
     recipe: they are values, not code.
     """
-    from . import data, recipes
-    from .runtime import CompiledModel, weight_arrays
-    from .schedule import RecSchedule, ScheduleError, split_per_level
-
     if str(target) != str(make_target("llvm")):      # a GPU or another CPU: the tables are values,
         target = make_target("llvm")                  # computed on this machine's CPU
         recipe = recipes.resolve(model, target, None)
@@ -224,19 +186,3 @@ def hoisted_tables(model, rs, recipe, target) -> dict:
     _, states = table_model.run(lin)
     rows = lin.node_slots
     return {table: states[i][rows].copy() for i, (_, table) in enumerate(rs.plan.hoisted)}
-
-
-def cross_compile(model, target, path, schedule=None) -> str:
-    """Compile `model` for another machine and write the code as an object file at `path`.
-
-    The object holds the kernel (`cortex_main`, or the per-level functions);
-    link it into a shared library with that machine's toolchain and run it
-    with the weights from `compiled.export` semantics.  Returns `path`.
-    """
-    from .schedule import split_per_level
-
-    tgt = make_target(target)
-    rs, _ = schedule_model(compiled_form(model, tgt), tgt, schedule)
-    mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod
-    build_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
-    return str(path)

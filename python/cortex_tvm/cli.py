@@ -52,11 +52,11 @@ def _show(args) -> int:
     """Print the TIR before the recipe and after each of its steps (as a diff, or in full)."""
     import difflib
 
-    from . import build, recipes
+    from . import build, padding, recipes
     from .schedule import RecSchedule
 
     target = build.make_target(args.target)
-    model = build.compiled_form(_make_model(args.model, args.hidden, args.vocab), target)
+    model = padding.compiled_form(_make_model(args.model, args.hidden, args.vocab), target)
 
     def fresh():
         return RecSchedule(model.lower(specialize_leaves=False))

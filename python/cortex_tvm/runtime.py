@@ -84,7 +84,7 @@ class CompiledModel:
         self._vocab_bound = model.vocab_bound
         self._states = lowered.program.states
         #: the states' shapes as the user's model has them; the kernel's may be padded
-        #: to the vector width (models/padding.py), and the padding is sliced off here
+        #: to the vector width (padding.py), and the padding is sliced off here
         self.state_shapes = tuple(tuple(int(d) for d in shape) for shape in state_shapes) if state_shapes \
             else tuple(tuple(int(d) for d in s.shape) for s in self._states)
         self._unpad = tuple(slice(0, d) for d in self.state_shapes[0])

@@ -143,3 +143,38 @@ def test_without_padding_numbers(check_numbers):
         rs.dense_index("gates_sum")
         rs.tile_gemm("gates_sum", node_tile=4, column_tile=32)
     check_numbers("TreeLSTM", recipe)
+
+
+def test_fusion_never_moves_the_tile_past_a_block_that_reads_it():
+    """A consumer merged into the tile moves the tile down to it; a reduction between them that
+    reads another consumer of the tile must not end up before the tile (it once did: wrong
+    numbers under the default schedule)."""
+    import numpy as np
+    from cortex_tvm import ra
+
+    class GatedTwoStep(ct.models.base.WordModel):
+        def weight_shapes(self):
+            H, V = self.hidden_size, self.vocab_size
+            return {"emb": (V, H), "U": (3 * H, 2 * H), "Uh": (H, 2 * H)}
+
+        def build_program(self):
+            H, V = self.hidden_size, self.vocab_size
+            n, child = ra.node(), ra.child
+            word = ra.node_input("word", bound=V)
+            emb, U, Uh = ra.weight("emb", (V, H)), ra.weight("U", (3 * H, 2 * H)), ra.weight("Uh", (H, 2 * H))
+            h = ra.rec_placeholder("h", (H,))
+            leaf_h = ra.compute((H,), lambda i: emb[word[n], i], name="leaf_h")
+            j, k = ra.reduce_axis(2, "j"), ra.reduce_axis(H, "k")
+            gates = ra.compute((3, H), lambda g, i: ra.sigmoid(
+                ra.sum(U[g * H + i, j * H + k] * h[child(n, j), k], [j, k])), name="gates")
+            x0 = ra.compute((H,), lambda i: gates[1, i] * h[child(n, 0), i], name="x0")
+            x1 = ra.compute((H,), lambda i: gates[2, i] * h[child(n, 1), i], name="x1")
+            k0, k1 = ra.reduce_axis(H, "k0"), ra.reduce_axis(H, "k1")
+            internal_h = ra.compute((H,), lambda i: gates[0, i] * ra.tanh(
+                ra.sum(Uh[i, k0] * x0[k0], k0) + ra.sum(Uh[i, H + k1] * x1[k1], k1)), name="internal_h")
+            return ra.rec_compute(ra.Tree(2), {h: (leaf_h, internal_h)})
+
+    model = GatedTwoStep(hidden_size=16, vocab_size=30)
+    trees = ct.data.random_trees(5, (2, 20), seed=1, vocab_size=30)
+    plain = model.compile(schedule="none")(trees)
+    np.testing.assert_allclose(model.compile()(trees), plain, atol=1e-5)

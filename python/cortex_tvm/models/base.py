@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import compiler as _compiler
 from .. import linearize as _linearize
 from .. import lower as _lower
-
-
-def _to_numpy(name, value):
-    """numpy array from a numpy array or a torch tensor (torch is optional)."""
-    if hasattr(value, "detach") and hasattr(value, "cpu"):       # a torch.Tensor
-        value = value.detach().cpu().numpy()
-    if not isinstance(value, np.ndarray):
-        raise TypeError(f"weight {name!r}: expected a numpy array or torch tensor, got {type(value).__name__}")
-    return value
+from .. import relax as _relax
+from ..build import build_schedule
+from ..data import Node
+from ..weights import checked_weights
 
 
 def check_sizes(**sizes):
@@ -31,34 +27,6 @@ def check_sizes(**sizes):
 def sigmoid(x):
     """numpy logistic function, for the models' level-batched executors."""
     return 1.0 / (1.0 + np.exp(-x))
-
-
-def checked_weights(weights, expected: dict, aliases: dict, who: str) -> dict:
-    """Validated float copies of `weights` (numpy arrays or torch tensors, names or aliases).
-
-    expected: name -> (shape, dtype).  ValueError for missing, extra, wrongly
-    shaped or non-finite weights; TypeError for a non-dict or a wrong dtype.
-    """
-    if not hasattr(weights, "items"):
-        raise TypeError(f"{who}: expected a dict of arrays, got {type(weights).__name__}")
-    given = {aliases.get(k, k): v for k, v in weights.items()}
-    missing, extra = sorted(set(expected) - set(given)), sorted(set(given) - set(expected))
-    if missing:
-        raise ValueError(f"{who}: missing weights {missing} (expected {sorted(expected)})")
-    if extra:
-        raise ValueError(f"{who}: unexpected weights {extra} (expected {sorted(expected)})")
-    out = {}
-    for name, (shape, dtype) in expected.items():
-        w = _to_numpy(name, given[name])
-        if w.dtype != np.dtype(dtype):
-            raise TypeError(f"{who}: weight {name!r}: dtype {w.dtype}, expected {dtype} "
-                            f"(use .astype(np.{dtype}))")
-        if tuple(w.shape) != tuple(shape):
-            raise ValueError(f"{who}: weight {name!r}: shape {tuple(w.shape)}, expected {tuple(shape)}")
-        if not np.all(np.isfinite(w)):
-            raise ValueError(f"{who}: weight {name!r}: contains NaN or infinity")
-        out[name] = np.array(w, order="C", copy=True)       # later edits by the caller do not leak in
-    return out
 
 
 class Model:
@@ -146,11 +114,16 @@ class Model:
         bounds_check=True: build with TVM's bound-check pass config and validate index arrays in run().
         The weights loaded now are the ones the compiled model uses.
         """
-        from ..build import compile_model
-        return compile_model(self, target=target, schedule=schedule, tuning_log=tuning_log,
+        return _compiler.compile_model(self, target=target, schedule=schedule, tuning_log=tuning_log,
                              bounds_check=bounds_check)
 
-    def as_relax(self, target="llvm"): from ..relax import as_relax; return as_relax(self, target)  # noqa: E704,E702
+    def as_relax(self, target="llvm"):
+        """This model in a Relax IRModule (see `cortex_tvm.relax.as_relax`)."""
+        return _relax.as_relax(self, target)
+
+    def build(self, rs, target="llvm"):
+        """A schedule of this model's program, built with its current weights (`RecSchedule.build`)."""
+        return build_schedule(self, rs, target)
 
     def linearize(self, trees, pad=1) -> _linearize.Linearized:
         return _linearize.linearize(trees, self.max_children, pad=pad, vocab_size=self.vocab_bound,
@@ -171,7 +144,6 @@ class Model:
         lin = self.linearize(trees)            # no padding: real nodes only
         flops = self.flops(lin)
         if leaves_hoisted:
-            from ..data import Node
             leaves = int(lin.level_offsets[1] - lin.level_offsets[0])
             flops -= leaves * self.flops(self.linearize([Node(word=0)]))
         return flops

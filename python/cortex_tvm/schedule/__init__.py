@@ -29,8 +29,7 @@ class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimit
         The staged path for TIR work: ``rs = RecSchedule(model.lower())``, any
         primitives, then ``compiled = rs.build(model)``; ``compiled(trees)``.
         """
-        from ..build import build_schedule
-        return build_schedule(model, self, target)
+        return model.build(self, target)
 
     def finalize(self):
         """Split reduction inits off tiled blocks (s_tir requires this after `parallel`).

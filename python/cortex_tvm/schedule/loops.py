@@ -107,28 +107,28 @@ class LoopPrimitives:
         epilogue reading gates[n, 3, i]), which TVM's region solver rejects,
         gets the same (column tile, node tile) loops by split and reorder and
         is merged into the tile's loops: correct because it reads only the
-        tile's own columns and nodes.  Stops at the first consumer that fits
-        neither way.
+        tile's own columns and nodes.
+
+        Blocks are taken in program order, starting right after the tile, and
+        the first one that cannot go in ends the fusion: a merge moves the
+        tile down to the consumer, so a block left between them (a reduction
+        reading what the tile computes, say) would read it too early.
         """
         sch = self.sch
+        names = self.block_names()
+        before = set(names[:names.index(block)])        # computed before the tile: ready
         placed = {block}
-        progress = True
-        while progress:
-            progress = False
-            for name in self.block_names():
-                if name in placed:
-                    continue
-                b = sch.get_sblock(name)
-                if any(iv.iter_type == _REDUCE for iv in sch.get(b).iter_vars):
-                    continue          # another GEMM gets its own tile, not a place in this one
-                producers = {sch.get(p).name_hint for p in sch.get_producers(b)}
-                if not producers or not producers <= placed:
-                    continue
-                if not (self._reverse_compute_at_tile(block, b, lanes)
-                        or self._merge_into_tile(block, b, node_tile, column_tile, lanes)):
-                    return
-                placed.add(name)
-                progress = True
+        for name in names[names.index(block) + 1:]:
+            b = sch.get_sblock(name)
+            if any(iv.iter_type == _REDUCE for iv in sch.get(b).iter_vars):
+                return                # another GEMM gets its own tile, not a place in this one
+            producers = {sch.get(p).name_hint for p in sch.get_producers(b)}
+            if not producers & placed or not producers <= placed | before:
+                return
+            if not (self._reverse_compute_at_tile(block, b, lanes)
+                    or self._merge_into_tile(block, b, node_tile, column_tile, lanes)):
+                return
+            placed.add(name)
 
     def _reverse_compute_at_tile(self, block, consumer, lanes):
         sch = self.sch

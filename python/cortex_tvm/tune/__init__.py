@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 
+from ..target import make_target
 from .adaptive import AdaptiveModel
 from .apply import SHIPPED, apply_best, recipe_from_log
 from .cost_model import CostModel, spearman
@@ -48,7 +49,6 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
     timing does not pick the winner.
     """
     progress = sys.stderr if progress is True else (progress or None)
-    from ..build import make_target
     tgt = make_target(target)
     batches = tuning_batches(model, trees, batch_size, max_batches)
     space = Space(model, tgt, knobs=knobs)

@@ -6,7 +6,7 @@ import warnings
 from importlib import resources
 
 from .. import recipes as _recipes
-from ..build import make_target
+from ..target import make_target
 from .database import Database, load_records
 from .space import Space
 from .workload import Workload

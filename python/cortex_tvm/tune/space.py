@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import recipes as _recipes
-from ..build import compiled_form, make_target
+from ..padding import compiled_form
+from ..target import make_target
 from ..schedule import RecSchedule, ScheduleError
 
 

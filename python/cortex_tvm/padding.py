@@ -20,6 +20,8 @@ import copy
 
 import numpy as np
 
+from .target import cpu_info, make_target
+
 #: model attributes that are sizes of vectors the kernel computes on
 SIZE_ATTRS = ("hidden_size", "embed_size")
 
@@ -90,3 +92,12 @@ def padded(model, multiple: int):
     clone = _with_sizes(model, targets)
     clone.weights = weights
     return clone
+
+
+def compiled_form(model, target):
+    """The model as a CPU kernel computes it: sizes rounded up to the vector width with zero
+    weights, so every size gets full vectors and register tiles (the model itself otherwise)."""
+    tgt = make_target(target)
+    if tgt.kind.name != "llvm":
+        return model
+    return padded(model, cpu_info(tgt).lanes) or model

@@ -1,0 +1,45 @@
+"""Weights as users hand them in: numpy arrays or torch tensors, validated into float32 copies.
+
+Shared by the models (`load_weights`) and by `load` of an exported model, so both accept the
+same inputs and reject the same mistakes with the same messages.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _to_numpy(name, value):
+    """numpy array from a numpy array or a torch tensor (torch is optional)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):       # a torch.Tensor
+        value = value.detach().cpu().numpy()
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"weight {name!r}: expected a numpy array or torch tensor, got {type(value).__name__}")
+    return value
+
+
+def checked_weights(weights, expected: dict, aliases: dict, who: str) -> dict:
+    """Validated float copies of `weights` (numpy arrays or torch tensors, names or aliases).
+
+    expected: name -> (shape, dtype).  ValueError for missing, extra, wrongly
+    shaped or non-finite weights; TypeError for a non-dict or a wrong dtype.
+    """
+    if not hasattr(weights, "items"):
+        raise TypeError(f"{who}: expected a dict of arrays, got {type(weights).__name__}")
+    given = {aliases.get(k, k): v for k, v in weights.items()}
+    missing, extra = sorted(set(expected) - set(given)), sorted(set(given) - set(expected))
+    if missing:
+        raise ValueError(f"{who}: missing weights {missing} (expected {sorted(expected)})")
+    if extra:
+        raise ValueError(f"{who}: unexpected weights {extra} (expected {sorted(expected)})")
+    out = {}
+    for name, (shape, dtype) in expected.items():
+        w = _to_numpy(name, given[name])
+        if w.dtype != np.dtype(dtype):
+            raise TypeError(f"{who}: weight {name!r}: dtype {w.dtype}, expected {dtype} "
+                            f"(use .astype(np.{dtype}))")
+        if tuple(w.shape) != tuple(shape):
+            raise ValueError(f"{who}: weight {name!r}: shape {tuple(w.shape)}, expected {tuple(shape)}")
+        if not np.all(np.isfinite(w)):
+            raise ValueError(f"{who}: weight {name!r}: contains NaN or infinity")
+        out[name] = np.array(w, order="C", copy=True)       # later edits by the caller do not leak in
+    return out
