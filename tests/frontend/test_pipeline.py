@@ -38,3 +38,11 @@ def test_traced_model_describes_itself():
     assert repr(model) == "TracedModel(tree_lstm: states h(16,), c(16,), max_children=2)"
     assert (model.hidden_size, model.vocab_size, model.embed_size, model.max_children) == (H, V, H, 2)
     assert [s.name for s in model.program.states] == ["h", "c"]
+
+
+def test_ra_text_of_the_traced_tree_lstm_is_the_zoo_program():
+    zoo = ct.models.TreeLSTM(hidden_size=H, vocab_size=V)
+    text = ct.frontend.ra_text(TracedModel(cells.tree_lstm, zoo.weights).program)
+    assert text == ct.frontend.ra_text(zoo.program)
+    assert "  gates[g, i] = sum[j<2, k<16](U[g * 16 + i, j * 16 + k] * h[children[n, j], k]) + bU[g * 16 + i]" in text
+    assert "  internal_h[i] = sigmoid(gates[n, 3, i]) * tanh(internal_c[n, i])" in text

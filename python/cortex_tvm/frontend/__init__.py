@@ -10,12 +10,14 @@
     compiled = ct.compile(tree_fc, weights={"emb": ..., "W": ..., "b": ...}, max_children=2)
 
 `trace` runs the function on symbolic nodes and tensors (`tensor`, `ops`),
-`to_ra` turns the trace into an `ra.RecProgram`, `reference` evaluates it
-with numpy, and `model` wraps it as a `models.Model` and compiles it.
+`to_ra` turns the trace into an `ra.RecProgram` (`ra_text` prints one),
+`reference` evaluates the trace with numpy, and `model` wraps it as a
+`models.Model` and compiles it.
 """
 from .model import TracedModel, compile, with_unroll_depth  # noqa: A004
 from .ops import concat, exp, relu, sigmoid, split, tanh
+from .show import ra_text
 from .trace import Recursive, recursive
 
 __all__ = ["recursive", "compile", "TracedModel", "Recursive", "sigmoid", "tanh", "relu", "exp",
-           "split", "concat", "with_unroll_depth"]
+           "split", "concat", "with_unroll_depth", "ra_text"]
