@@ -70,7 +70,8 @@ def gated_rnn(node, p):
 @ct.recursive
 def every_op(node, p):
     """Each operation once: relu, exp, unary -, / by a tensor, a split without a product,
-    concat read elementwise, a product of a weight vector, numpy scalars, two states."""
+    concat read elementwise, a product of a weight vector, a product of a concat of unequal
+    parts, numpy scalars, two states, three children."""
     if node.is_leaf:
         x = p.emb[node.word]
         a, b = ct.split(x, 2)
@@ -78,4 +79,5 @@ def every_op(node, p):
     (h0, s0), (h1, s1), (h2, s2) = (every_op(child, p) for child in node.children)
     y = ct.relu(p.A @ (h0 - np.float32(0.5) * h1) + p.A @ p.v) / (1.0 + s2)
     lo, hi = ct.split(h2, 2)
-    return ct.tanh(y + ct.concat([hi, lo])), s0 * 0.25 + ct.exp(-y * y) / 3
+    z = p.B @ ct.concat([h0 * s1, hi])          # parts of unequal sizes: reduced part by part
+    return ct.tanh(y + ct.concat([hi, lo]) + z), s0 * 0.25 + ct.exp(-y * y) / 3

@@ -46,3 +46,13 @@ def test_ra_text_of_the_traced_tree_lstm_is_the_zoo_program():
     assert text == ct.frontend.ra_text(zoo.program)
     assert "  gates[g, i] = sum[j<2, k<16](U[g * 16 + i, j * 16 + k] * h[children[n, j], k]) + bU[g * 16 + i]" in text
     assert "  internal_h[i] = sigmoid(gates[n, 3, i]) * tanh(internal_c[n, i])" in text
+
+
+def test_cuda_code_of_the_traced_tree_lstm_is_the_zoo_code():
+    """CUDA codegen (no GPU needed): the cell compiled with the zoo's CUDA recipe gives the zoo's
+    kernel source, character for character."""
+    zoo = ct.models.TreeLSTM(hidden_size=32, vocab_size=V, seed=1)
+    mine = ct.compile(cells.tree_lstm, weights=zoo.weights, target="cuda", schedule="treelstm_cuda")
+    theirs = zoo.compile(target="cuda", schedule="treelstm_cuda")
+    assert "__global__" in mine.inspect_source()
+    assert mine.inspect_source() == theirs.inspect_source()

@@ -10,13 +10,16 @@ tuner and the schedule primitives find the same structure:
     stage `leaf_gates` / `gates` (row `g * m + i` of W), as TreeLSTM's gates;
   * any other product used more than once: a stage `gates1`, ... (it is not recomputed);
   * the vector x of `W @ x` unless it is a child state, an embedding row or a
-    weight: a stage (`child_sum` when it is a sum of child states, as in TreeFC).
+    weight: a stage (`child_sum` when it is a sum of child states, as in TreeFC);
+    `W @ concat([a, b, ...])` of equal parts: one (P, m) stage `input` holding
+    part q in row q (TreeGRU's reset-gated child states).
 
 A product used once inside an elementwise expression stays in that
 expression, and lowering gives it its `<stage>_sum` reduction block (TreeFC's
 `internal_h_sum`).  `W @ concat([h_0, h_1, ...])` over the children in order
-is one reduction over (child, unit), `W[r, j * H + k] * h[child(n, j), k]`;
-other concatenations reduce part by part.  So `ct.split(p.U @ ct.concat([hl,
+is one reduction over (child, unit), `W[r, j * H + k] * h[child(n, j), k]`,
+and so is one over a stacked stage, `W[r, j * m + k] * input[j, k]`; a
+concatenation of unequal parts reduces part by part.  So `ct.split(p.U @ ct.concat([hl,
 hr]) + p.bU, 5)` spells exactly the zoo TreeLSTM's `gates` and `gates_sum`.
 """
 from __future__ import annotations
@@ -124,9 +127,12 @@ class _Stage:
                 pass                        # a state: its compute is made after planning
             elif self._splits(t, users) and self._has_reduction(t):
                 self._compute(t, self.env.fresh(f"{self.prefix}gates"), groups=self._splits(t, users))
+            elif any(u.op == "matvec" for u in users) and t.op == "concat" and _stacked(t):
+                self._compute_stacked(t, self.env.fresh(f"{self.prefix}input"))
             elif any(u.op == "matvec" for u in users) and not self._direct(t) and t.op != "concat":
                 self._compute(t, self.env.fresh(self._input_name(t)))
-            elif any(u.op == "concat" and self._feeds_matvec(u, parents) for u in users) and not self._direct(t):
+            elif any(u.op == "concat" and self._feeds_matvec(u, parents) and not _stacked(u) for u in users) \
+                    and not self._direct(t):
                 self._compute(t, self.env.fresh(self._input_name(t)))
             elif len(users) > 1 and self._has_reduction(t):
                 self._compute(t, self.env.fresh(f"{self.prefix}gates"))
@@ -162,6 +168,20 @@ class _Stage:
         else:
             compute = ra.compute(t.shape, lambda i: self._inline(t, i), name=name)
         self.stages[id(t)] = (compute, groups)
+        return compute
+
+    def _compute_stacked(self, t: Tensor, name: str):
+        """A concat of P equal parts as one (P, m) stage, part q in row q, so that `W @ concat`
+        is one reduction over (q, k) like the zoo's `W[r, j * m + k] * x[j, k]`."""
+        parts = t.args
+
+        def row(q, i):
+            value = self._read(parts[-1], i)
+            for p in range(len(parts) - 2, -1, -1):       # q == 0 ? part 0 : (q == 1 ? part 1 : ...)
+                value = ra.if_then_else(q == p, self._read(parts[p], i), value)
+            return value
+        compute = ra.compute((len(parts), parts[0].size), row, name=name)
+        self.stages[id(t)] = (compute, len(parts))
         return compute
 
     # -- emission (runs inside ra.compute bodies, while lowering) -----------------------------
@@ -212,7 +232,11 @@ class _Stage:
     def _reduce(self, W: Tensor, x: Tensor, r):
         """(W @ x)[r] as ra.sum reductions."""
         weight = self.env.weights[W.attrs["name"]]
-        if x.op == "concat" and id(x) not in self.stages:
+        if x.op == "concat" and id(x) in self.stages:      # a stacked concat: one (part, unit) reduction
+            stacked, (parts, m) = self.stages[id(x)][0], (len(x.args), x.args[0].size)
+            j, k = ra.reduce_axis(parts, "j"), ra.reduce_axis(m, "k")
+            return ra.sum(weight[r, j * m + k] * stacked[j, k], [j, k])
+        if x.op == "concat":
             parts = x.args
             if _children_in_order(parts):           # W[r, j*m + k] * h[child(n, j), k]: the zoo's form
                 m, state = parts[0].size, self.env.states[parts[0].attrs["state"]]
@@ -238,6 +262,13 @@ def _children_in_order(parts) -> bool:
     return len(parts) > 1 and all(
         p.op == "child" and p.attrs["j"] == q and p.attrs["state"] == first.attrs["state"]
         for q, p in enumerate(parts))
+
+
+def _stacked(concat) -> bool:
+    """A concat fed to `W @` that gets a (P, m) stage of its own: equal parts, not simply the
+    children's states in order (that one reads the states directly)."""
+    sizes = {p.size for p in concat.args}
+    return len(concat.args) > 1 and len(sizes) == 1 and not _children_in_order(concat.args)
 
 
 def _is_child_sum(t) -> bool:
