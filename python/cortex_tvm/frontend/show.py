@@ -6,7 +6,7 @@ like the RA source, `internal_h[i] = T.sigmoid(gates[n, 3, i]) * ...`.
 """
 from __future__ import annotations
 
-from tvm import te, tirx
+from tvm import tirx
 
 from .. import ra
 

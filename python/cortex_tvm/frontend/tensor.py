@@ -24,8 +24,6 @@ import numpy as np
 
 from .where import UnsupportedAttribute, Where, caller, type_error, value_error
 
-UNARY = ("sigmoid", "tanh", "relu", "exp", "neg")
-BINARY = ("+", "-", "*", "/")
 _UFUNC_OPS = {np.add: "+", np.subtract: "-", np.multiply: "*", np.true_divide: "/"}
 SUPPORTED = "+ - * / with tensors and numbers, W @ x, ct.sigmoid/tanh/relu/exp/split/concat"
 
