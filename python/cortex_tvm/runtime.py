@@ -149,7 +149,9 @@ class CompiledModel:
 
     def as_torch(self):
         """This model as a `torch.nn.Module` whose forward(trees) returns a torch.Tensor (DLPack,
-        no copy); ImportError if torch is not installed.  See `cortex_tvm.torch_interop`."""
+        no copy); ImportError if torch is not installed.  See `cortex_tvm.torch_interop`.
+
+        Example: ``logits = torch.nn.Linear(H, 5)(compiled.as_torch()(trees))``."""
         from .torch_interop import as_torch
         return as_torch(self)
 

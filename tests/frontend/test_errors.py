@@ -194,6 +194,10 @@ def test_weights_that_are_not_float32_arrays():
         ct.compile(rnn, weights={**W, "b": [0.0] * H})
     with pytest.raises(TypeError, match="dict of name -> array"):
         ct.compile(rnn, weights=[W])
+    with pytest.raises(ValueError, match=r"'b' has shape \(2, 2, 2\); a weight is a vector"):
+        ct.compile(rnn, weights={**W, "b": np.zeros((2, 2, 2), np.float32)})
+    with pytest.raises(ValueError, match="not a name the function can read"):
+        ct.compile(rnn, weights={**W, "W.weight": W["W"]})
 
 
 # ----------------------------------------------------------------------------- the node

@@ -19,7 +19,11 @@ class TracedModel(Model):
 
     Its weights are the ones given (names as the function reads them, p.<name>),
     its states are what the function returns (the first is the model's output),
-    and `reference(trees)` evaluates the same trace with numpy.
+    and `reference(trees)` evaluates the same trace with numpy.  Example::
+
+        model = TracedModel(tree_fc, {"emb": emb, "W": W, "b": b}, max_children=2)
+        print(ct.frontend.ra_text(model.program))      # the RA program it traces to
+        rs = ct.RecSchedule(model.lower())             # schedule it by hand like any model
     """
 
     def __init__(self, fn: Recursive, weights: dict, max_children: int = 2):
@@ -31,6 +35,9 @@ class TracedModel(Model):
             if not isinstance(name, str) or not name.isidentifier():
                 raise ValueError(f"weights: {name!r} is not a name the function can read as p.<name>")
             shapes[name] = tuple(int(s) for s in _to_numpy(name, value).shape)
+            if len(shapes[name]) not in (1, 2):
+                raise ValueError(f"weights: {name!r} has shape {shapes[name]}; a weight is a vector (a bias) "
+                                 "or a matrix (for @, or an embedding table)")
         self.fn, self._max_children, self._shapes = fn, int(max_children), shapes
         self.trace = trace(fn, shapes, self._max_children)
         tables = to_ra.tables_read(self.trace)
@@ -101,6 +108,8 @@ def with_unroll_depth(model, target, schedule, depth):
     The one place where `max_unroll_depth` meets the schedules: a recipe with an
     `unroll_depth` knob gets that knob set; any other recipe (a function such as
     "auto") is applied and then followed by `unroll_recursion(depth)`.
+
+    Example: ``model.compile(schedule=with_unroll_depth(model, make_target("llvm"), None, 2))``.
     """
     if depth is None:
         return schedule
