@@ -94,3 +94,5 @@ def test_zoo_recipe_applies_to_the_traced_tree_lstm():
     compiled = ct.compile(cells.tree_lstm, weights=zoo.weights, schedule="treelstm_llvm")
     assert compiled.recipe_name == "treelstm_llvm"
     np.testing.assert_allclose(compiled(BINARY), zoo.reference(BINARY), atol=TOL, rtol=0)
+    # the same machine code as the zoo model's: it runs exactly as fast
+    assert compiled.inspect_source() == zoo.compile(schedule="treelstm_llvm").inspect_source()
