@@ -5,60 +5,62 @@ cells = []
 md = lambda s: cells.append(nbf.v4.new_markdown_cell(s))  # noqa: E731
 code = lambda s: cells.append(nbf.v4.new_code_cell(s))  # noqa: E731
 
-md("""# TreeRNN from scratch: the recursive API, the linearizer and `dense_index`
+md("""# TreeRNN from scratch: a plain recursive function, the linearizer and `dense_index`
 
 This notebook writes the CORTEX paper's running example, TreeFC (a TreeRNN whose
-internal nodes apply one matrix to the sum of their children), in cortex_tvm's
-recursive API, draws a small batch of trees coloured by level next to the
-linearizer's arrays, shows the TIR before and after `dense_index`, and checks
-the compiled numbers against numpy.""")
+internal nodes apply one matrix to the sum of their children), as an ordinary
+recursive Python function with `@ct.recursive`, shows the recursive-API (RA)
+program and the TIR it traces to, draws a small batch of trees coloured by level
+next to the linearizer's arrays, shows the TIR before and after `dense_index`,
+and checks the compiled numbers against numpy.""")
 code("""import os
 os.environ.setdefault("TVM_NUM_THREADS", "2")
 import numpy as np
 import matplotlib
 import matplotlib.pyplot as plt
 import cortex_tvm as ct
-from cortex_tvm import ra
+from cortex_tvm.frontend import TracedModel
 
 SMALL = os.environ.get("CORTEX_NOTEBOOK_SMALL", "") == "1"   # the test runs with small settings
 H, V = (16, 50) if SMALL else (64, 500)""")
-md("""## 1. The model in the recursive API
+md("""## 1. The model as a recursive function
 
 A leaf's state is its word embedding; an internal node's state is
-`tanh(W (h_left + h_right) + b)`.  Indexing a recursive state takes the node
-first: `h[ra.child(n, 0), i]`.""")
-code("""class TreeRNN(ct.models.Model):
-    def __init__(self, hidden_size, vocab_size, seed=0):
-        self.hidden_size, self.vocab_size = hidden_size, vocab_size
-        super().__init__(seed)
+`tanh(W (h_left + h_right) + b)`.  The function is written the way a PyTorch
+user writes a cell: `p` holds the weights by name, and the recursion is a call
+of the function itself on a child.  `@ct.recursive` traces it, once for a leaf
+and once for an internal node, into the recursive API.""")
+code("""@ct.recursive
+def tree_rnn(node, p):
+    if node.is_leaf:
+        return p.emb[node.word]
+    left, right = tree_rnn(node.children[0], p), tree_rnn(node.children[1], p)
+    return ct.tanh(p.W @ (left + right) + p.b)
 
-    def weight_shapes(self):
-        return {"emb": (self.vocab_size, self.hidden_size), "W": (self.hidden_size, self.hidden_size),
-                "b": (self.hidden_size,)}
+def random_weights(vocab_size, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"emb": rng.standard_normal((vocab_size, H)).astype(np.float32),
+            "W": rng.uniform(-H ** -0.5, H ** -0.5, (H, H)).astype(np.float32),
+            "b": rng.uniform(-H ** -0.5, H ** -0.5, H).astype(np.float32)}
 
-    def build_program(self):
-        H, V = self.hidden_size, self.vocab_size
-        tree, n = ra.Tree(max_children=2), ra.node()
-        word = ra.node_input("word", bound=V)
-        emb, W, b = ra.weight("emb", (V, H)), ra.weight("W", (H, H)), ra.weight("b", (H,))
-        h = ra.rec_placeholder("h", (H,))
-        leaf_h = ra.compute((H,), lambda i: emb[word[n], i], name="leaf_h")
-        child_sum = ra.compute((H,), lambda i: h[ra.child(n, 0), i] + h[ra.child(n, 1), i], name="child_sum")
-        k = ra.reduce_axis(H, "k")
-        internal_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(W[i, k] * child_sum[k], k) + b[i]), name="internal_h")
-        return ra.rec_compute(tree, {h: (leaf_h, internal_h)})
+model = TracedModel(tree_rnn, random_weights(V), max_children=2)   # what ct.compile builds first
+model""")
+md("""## 2. The RA program it traces to
 
-    def numpy_forward(self, lin):
-        w, lo = self.weights, lin.level_offsets
-        h = np.zeros((lin.num_slots, self.hidden_size), np.float32)
-        h[lo[0]:lo[1]] = w["emb"][lin.words[lo[0]:lo[1]]]
-        for start, end in zip(lo[1:-1], lo[2:]):
-            kids = lin.children[start:end]
-            h[start:end] = np.tanh((h[kids[:, 0]] + h[kids[:, 1]]) @ w["W"].T + w["b"])
-        return [h]
+One line per stage.  The leaf case reads the embedding row; the internal case
+materializes the child sum (the input of the matrix-vector product) and then
+computes `tanh(W child_sum + b)`.  Indexing a recursive state takes the node first,
+`h[children[n, 0], i]`.  This is exactly the program the hand-written RA model
+`ct.models.TreeFC` builds (README, "Writing a model").""")
+code("""print(ct.frontend.ra_text(model.program))
+assert ct.frontend.ra_text(model.program) == ct.frontend.ra_text(ct.models.TreeFC(H, V).program)""")
+md("""## 3. The TIR it lowers to
 
-model = TreeRNN(H, V)""")
-md("## 2. A small batch, coloured by level, and the linearizer's arrays")
+Leaves get their own loop nest, then a serial loop over levels runs the
+internal stage on every node of the level; `internal_h_sum` is the reduction
+that lowering split out of `tanh(sum(...) + b)`.""")
+code("""print(model.lower(specialize_leaves=True).func.script())""")
+md("## 4. A small batch, coloured by level, and the linearizer's arrays")
 code("""trees = ct.data.random_trees(3, (3, 6), seed=1, vocab_size=V)
 lin = model.linearize(trees)
 print("level_offsets:", lin.level_offsets)
@@ -99,7 +101,7 @@ for t in trees:
 ax.set_title("nodes labelled by slot, coloured by level (leaves: level 0)")
 ax.axis("off")
 plt.show()""")
-md("""## 3. The IR before and after `dense_index`
+md("""## 5. The IR before and after `dense_index`
 
 After lowering, the scratchpad `child_sum` is indexed by node id through the
 level-offset array (`child_sum[level_offsets[l] + j, i]`, non-affine in the
@@ -112,14 +114,23 @@ rs.dense_index("child_sum")
 after = rs.show()
 import difflib
 print("\\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)))""")
-md("## 4. Numbers against numpy")
-code("""compiled = model.compile()
+md("""## 6. Numbers against numpy
+
+`ct.compile` traces, lowers, schedules and builds in one call.  The reference is
+the same recursion written eagerly in numpy, one node at a time.""")
+code("""def numpy_tree_rnn(node, w):
+    if node.is_leaf:
+        return w["emb"][node.word]
+    left, right = (numpy_tree_rnn(child, w) for child in node.children)
+    return np.tanh(w["W"] @ (left + right) + w["b"])
+
 sst, vocab = ct.data.sst_sample()
 sst = sst[: (20 if SMALL else 200)]
-sst_model = TreeRNN(H, len(vocab))
-sst_compiled = sst_model.compile()
-worst = max(float(np.abs(sst_compiled(sst[i:i + 10]) - sst_model.reference(sst[i:i + 10])).max())
-            for i in range(0, len(sst), 10))
+w = random_weights(len(vocab), seed=1)
+compiled = ct.compile(tree_rnn, weights=w, max_children=2, target="llvm")
+roots = np.concatenate([compiled(sst[i:i + 10]) for i in range(0, len(sst), 10)])
+expected = np.array([numpy_tree_rnn(tree, w) for tree in sst])
+worst = float(np.abs(roots - expected).max())
 print(f"max abs difference vs numpy on {len(sst)} SST trees: {worst:.2e}")
 assert worst < 1e-4""")
 

@@ -6,6 +6,10 @@
     compiled = model.compile(target="llvm")
     roots = compiled(trees)            # numpy (len(trees), 256): root h
 
+    @ct.recursive                      # or a new cell as a plain recursive function
+    def cell(node, p): ...
+    compiled = ct.compile(cell, weights={...}, max_children=2)
+
 Pipeline, one module per stage: `ra` (recursive API) -> `lower` (TIR) ->
 `schedule` (RecSchedule primitives) -> `build` -> `runtime`; `linearize`
 turns trees into the kernel's index arrays.
@@ -18,10 +22,13 @@ from .linearize import Linearized
 from .runtime import CompiledModel
 from .schedule import RecSchedule, ScheduleError
 from . import recipes
+from .frontend import compile, concat, exp, recursive, relu, sigmoid, split, tanh  # noqa: A004
 
 __version__ = "0.1.0"
 
 __all__ = [
     "data", "linearize", "models", "ra", "Node", "load_ptb", "Linearized",
     "RecSchedule", "ScheduleError", "recipes", "CompiledModel", "compile_count", "make_target", "load", "__version__",
+    # a model as a plain recursive Python function (cortex_tvm.frontend)
+    "recursive", "compile", "sigmoid", "tanh", "relu", "exp", "split", "concat",
 ]

@@ -158,6 +158,14 @@ class CompiledModel:
         rows = self._visible(states[0][lin.node_slots])
         return np.split(rows, np.cumsum(lin.tree_sizes)[:-1])
 
+    def as_torch(self):
+        """This model as a `torch.nn.Module` whose forward(trees) returns a torch.Tensor (DLPack,
+        no copy); ImportError if torch is not installed.  See `cortex_tvm.torch_interop`.
+
+        Example: ``logits = torch.nn.Linear(H, 5)(compiled.as_torch()(trees))``."""
+        from .torch_interop import as_torch
+        return as_torch(self)
+
     def export(self, path) -> str:
         """Write the kernel library, weights and everything needed to run it to the directory
         `path`; `cortex_tvm.load(path)` runs it in another process without compiling."""

@@ -1,0 +1,127 @@
+"""`ct.compile`: a traced recursive cell as a model of the zoo, lowered and built the same way.
+
+`TracedModel` is a `models.Model` whose weight shapes come from the given
+weights and whose RA program comes from the trace, so lowering, every
+schedule and recipe, the tuner, Relax embedding, export and CUDA apply to it
+unchanged.
+"""
+from __future__ import annotations
+
+from .. import recipes
+from ..build import make_target
+from ..models.base import Model, _to_numpy, check_sizes
+from . import reference, to_ra
+from .trace import Recursive, trace
+
+
+class TracedModel(Model):
+    """A model written as a `@ct.recursive` function (see `cortex_tvm.compile`).
+
+    Its weights are the ones given (names as the function reads them, p.<name>),
+    its states are what the function returns (the first is the model's output),
+    and `reference(trees)` evaluates the same trace with numpy.  Example::
+
+        model = TracedModel(tree_fc, {"emb": emb, "W": W, "b": b}, max_children=2)
+        print(ct.frontend.ra_text(model.program))      # the RA program it traces to
+        rs = ct.RecSchedule(model.lower())             # schedule it by hand like any model
+    """
+
+    def __init__(self, fn: Recursive, weights: dict, max_children: int = 2):
+        check_sizes(max_children=max_children)
+        if not hasattr(weights, "items"):
+            raise TypeError(f"weights: expected a dict of name -> array, got {type(weights).__name__}")
+        shapes = {}
+        for name, value in weights.items():
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"weights: {name!r} is not a name the function can read as p.<name>")
+            shapes[name] = tuple(int(s) for s in _to_numpy(name, value).shape)
+            if len(shapes[name]) not in (1, 2):
+                raise ValueError(f"weights: {name!r} has shape {shapes[name]}; a weight is a vector (a bias) "
+                                 "or a matrix (for @, or an embedding table)")
+        self.fn, self._max_children, self._shapes = fn, int(max_children), shapes
+        self.trace = trace(fn, shapes, self._max_children)
+        tables = to_ra.tables_read(self.trace)
+        self.vocab_size = min(s[0] for s in tables.values()) if tables else None
+        self.hidden_size = self.trace.state_shapes[0][0]
+        self.embed_size = next(iter(tables.values()))[1] if tables else self.hidden_size
+        self._program = None
+        self.load_weights(weights)          # validated float32 copies
+
+    def __repr__(self):
+        shapes = ", ".join(f"{to_ra.state_name(i)}{s}" for i, s in enumerate(self.trace.state_shapes))
+        return f"TracedModel({self.trace.name}: states {shapes}, max_children={self._max_children})"
+
+    @property
+    def max_children(self) -> int:
+        return self._max_children
+
+    def weight_shapes(self) -> dict:
+        return dict(self._shapes)
+
+    def build_program(self):
+        return to_ra.build_program(self.trace)
+
+    def numpy_forward(self, lin):
+        return reference.numpy_forward(self.trace, self.weights, lin)
+
+
+def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tuning_log=None,  # noqa: A001
+            max_unroll_depth: int | None = None):
+    """Trace a `@ct.recursive` function and compile it; the result is called on a list of trees.
+
+    weights: name -> numpy array or torch tensor (float32), read in the function as p.<name>.
+    max_children: the most children a node has (a missing child reads zero states).
+    target, schedule, tuning_log: as `Model.compile` (the default schedule is the
+    generic one for the target).  max_unroll_depth: levels computed per step of the
+    level loop (the schedule's `unroll_depth` knob, `RecSchedule.unroll_recursion`);
+    None lets the schedule choose.  Returns a `CompiledModel`: numpy (B, H), the
+    first state at each root.  Errors in the function raise TypeError/ValueError
+    naming its line.
+
+    Example::
+
+        @ct.recursive
+        def tree_fc(node, p):
+            if node.is_leaf:
+                return p.emb[node.word]
+            return ct.tanh(p.W @ (tree_fc(node.children[0], p) + tree_fc(node.children[1], p)) + p.b)
+
+        compiled = ct.compile(tree_fc, weights={"emb": emb, "W": W, "b": b}, max_children=2)
+        roots = compiled(trees)
+    """
+    model = TracedModel(fn, weights, max_children)
+    tgt = make_target(target)
+    if tuning_log is not None:
+        from ..tune.apply import resolve_recipe
+        schedule, tuning_log = resolve_recipe(model, tuning_log, tgt, schedule), None
+    schedule = with_unroll_depth(model, tgt, schedule, max_unroll_depth)
+    return model.compile(target=tgt, schedule=schedule, tuning_log=tuning_log)
+
+
+# ----------------------------------------------------------------------------- unroll depth
+UNROLL_KNOB = "unroll_depth"
+
+
+def with_unroll_depth(model, target, schedule, depth):
+    """The schedule `schedule` (None: the default for `model` on `target`) with the unroll depth `depth`.
+
+    The one place where `max_unroll_depth` meets the schedules: a recipe with an
+    `unroll_depth` knob gets that knob set; any other recipe (a function such as
+    "auto") is applied and then followed by `unroll_recursion(depth)`.
+
+    Example: ``model.compile(schedule=with_unroll_depth(model, make_target("llvm"), None, 2))``.
+    """
+    if depth is None:
+        return schedule
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"max_unroll_depth must be a positive int or None, got {depth!r}")
+    recipe = recipes.resolve(model, target, schedule)
+    if UNROLL_KNOB in recipe.knobs:
+        return recipe.with_knobs(**{UNROLL_KNOB: depth})
+
+    def unrolled(rs):
+        recipe.apply(rs)
+        rs.unroll_recursion(depth)
+        return rs
+    unrolled.__name__ = f"{recipe.name}+unroll{depth}"
+    return unrolled
