@@ -15,8 +15,12 @@ from .tune.apply import resolve_recipe
 from .tune.pretrained import choose
 
 
-def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_check=False):
+def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_check=False,
+                  max_unroll_depth=None):
     """model -> lowered -> scheduled -> built -> CompiledModel.
+
+    max_unroll_depth: levels per step of the level loop (`unroll_recursion`); None lets the
+    tuning log or the cost model choose.
 
     bounds_check=True builds with TVM's `tirx.instrument_bound_checkers` and makes `run()`
     validate every index array first (see build.BOUNDS_CHECK): hand-made arrays raise ValueError."""
@@ -29,6 +33,7 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
     if schedule is None and tgt.kind.name == "llvm":
         # the shipped cost model ranks a few configurations of the derived schedule, unmeasured
         schedule = choose(recipes.resolve(kernel_model, tgt, None), kernel_model, tgt)
+    schedule = with_unroll_depth(kernel_model, tgt, schedule, max_unroll_depth)
     rs, recipe = schedule_model(kernel_model, tgt, schedule)
     return build_schedule(kernel_model, rs, tgt, recipe, bounds_check,
                           state_shapes=[s.shape for s in model.program.states])
@@ -46,3 +51,31 @@ def cross_compile(model, target, path, schedule=None) -> str:
     mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod
     build_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
     return str(path)
+
+
+UNROLL_KNOB = "unroll_depth"
+
+
+def with_unroll_depth(model, target, schedule, depth):
+    """The schedule `schedule` (None: the default for `model` on `target`) with the unroll depth `depth`.
+
+    The one place where `max_unroll_depth` meets the schedules: a recipe with an
+    `unroll_depth` knob gets that knob set; any other recipe (a function such as
+    "auto") is applied and then followed by `unroll_recursion(depth)`.
+
+    Example: ``model.compile(schedule=with_unroll_depth(model, make_target("llvm"), None, 2))``.
+    """
+    if depth is None:
+        return schedule
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"max_unroll_depth must be a positive int or None, got {depth!r}")
+    recipe = recipes.resolve(model, target, schedule)
+    if UNROLL_KNOB in recipe.knobs:
+        return recipe.with_knobs(**{UNROLL_KNOB: depth})
+
+    def unrolled(rs):
+        recipe.apply(rs)
+        rs.unroll_recursion(depth)
+        return rs
+    unrolled.__name__ = f"{recipe.name}+unroll{depth}"
+    return unrolled

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def _to_numpy(name, value):
+def to_numpy(name, value):
     """numpy array from a numpy array or a torch tensor (torch is optional)."""
     if hasattr(value, "detach") and hasattr(value, "cpu"):       # a torch.Tensor
         value = value.detach().cpu().numpy()
@@ -33,7 +33,7 @@ def checked_weights(weights, expected: dict, aliases: dict, who: str) -> dict:
         raise ValueError(f"{who}: unexpected weights {extra} (expected {sorted(expected)})")
     out = {}
     for name, (shape, dtype) in expected.items():
-        w = _to_numpy(name, given[name])
+        w = to_numpy(name, given[name])
         if w.dtype != np.dtype(dtype):
             raise TypeError(f"{who}: weight {name!r}: dtype {w.dtype}, expected {dtype} "
                             f"(use .astype(np.{dtype}))")

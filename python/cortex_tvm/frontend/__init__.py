@@ -14,7 +14,8 @@
 `reference` evaluates the trace with numpy, and `model` wraps it as a
 `models.Model` and compiles it.
 """
-from .model import TracedModel, compile, with_unroll_depth  # noqa: A004
+from ..compiler import with_unroll_depth
+from .model import TracedModel, compile  # noqa: A004
 from .ops import concat, exp, relu, sigmoid, split, tanh
 from .show import ra_text
 from .trace import Recursive, recursive

@@ -7,9 +7,8 @@ unchanged.
 """
 from __future__ import annotations
 
-from .. import recipes
-from ..build import make_target
-from ..models.base import Model, _to_numpy, check_sizes
+from ..models.base import Model, check_sizes
+from ..weights import to_numpy
 from . import reference, to_ra
 from .trace import Recursive, trace
 
@@ -34,7 +33,7 @@ class TracedModel(Model):
         for name, value in weights.items():
             if not isinstance(name, str) or not name.isidentifier():
                 raise ValueError(f"weights: {name!r} is not a name the function can read as p.<name>")
-            shapes[name] = tuple(int(s) for s in _to_numpy(name, value).shape)
+            shapes[name] = tuple(int(s) for s in to_numpy(name, value).shape)
             if len(shapes[name]) not in (1, 2):
                 raise ValueError(f"weights: {name!r} has shape {shapes[name]}; a weight is a vector (a bias) "
                                  "or a matrix (for @, or an embedding table)")
@@ -71,8 +70,8 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
 
     weights: name -> numpy array or torch tensor (float32), read in the function as p.<name>.
     max_children: the most children a node has (a missing child reads zero states).
-    target, schedule, tuning_log: as `Model.compile` (the default schedule is the
-    generic one for the target).  max_unroll_depth: levels computed per step of the
+    target, schedule, tuning_log: as `Model.compile` (the default schedule is
+    derived from the traced program and the target).  max_unroll_depth: levels computed per step of the
     level loop (the schedule's `unroll_depth` knob, `RecSchedule.unroll_recursion`);
     None lets the schedule choose.  Returns a `CompiledModel`: numpy (B, H), the
     first state at each root.  Errors in the function raise TypeError/ValueError
@@ -89,39 +88,5 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
         compiled = ct.compile(tree_fc, weights={"emb": emb, "W": W, "b": b}, max_children=2)
         roots = compiled(trees)
     """
-    model = TracedModel(fn, weights, max_children)
-    tgt = make_target(target)
-    if tuning_log is not None:
-        from ..tune.apply import resolve_recipe
-        schedule, tuning_log = resolve_recipe(model, tuning_log, tgt, schedule), None
-    schedule = with_unroll_depth(model, tgt, schedule, max_unroll_depth)
-    return model.compile(target=tgt, schedule=schedule, tuning_log=tuning_log)
-
-
-# ----------------------------------------------------------------------------- unroll depth
-UNROLL_KNOB = "unroll_depth"
-
-
-def with_unroll_depth(model, target, schedule, depth):
-    """The schedule `schedule` (None: the default for `model` on `target`) with the unroll depth `depth`.
-
-    The one place where `max_unroll_depth` meets the schedules: a recipe with an
-    `unroll_depth` knob gets that knob set; any other recipe (a function such as
-    "auto") is applied and then followed by `unroll_recursion(depth)`.
-
-    Example: ``model.compile(schedule=with_unroll_depth(model, make_target("llvm"), None, 2))``.
-    """
-    if depth is None:
-        return schedule
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"max_unroll_depth must be a positive int or None, got {depth!r}")
-    recipe = recipes.resolve(model, target, schedule)
-    if UNROLL_KNOB in recipe.knobs:
-        return recipe.with_knobs(**{UNROLL_KNOB: depth})
-
-    def unrolled(rs):
-        recipe.apply(rs)
-        rs.unroll_recursion(depth)
-        return rs
-    unrolled.__name__ = f"{recipe.name}+unroll{depth}"
-    return unrolled
+    return TracedModel(fn, weights, max_children).compile(target=target, schedule=schedule, tuning_log=tuning_log,
+                                                          max_unroll_depth=max_unroll_depth)

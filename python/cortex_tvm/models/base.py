@@ -106,7 +106,7 @@ class Model:
             cache[specialize_leaves] = _lower.lower(self.program, specialize_leaves)
         return cache[specialize_leaves]
 
-    def compile(self, target="llvm", schedule=None, tuning_log=None, bounds_check=False):
+    def compile(self, target="llvm", schedule=None, tuning_log=None, bounds_check=False, max_unroll_depth=None):
         """Lower, schedule and build; the result is called on a list of trees.
 
         schedule: a recipe name from `cortex_tvm.schedules` (default: the best
@@ -115,7 +115,7 @@ class Model:
         The weights loaded now are the ones the compiled model uses.
         """
         return _compiler.compile_model(self, target=target, schedule=schedule, tuning_log=tuning_log,
-                             bounds_check=bounds_check)
+                                       max_unroll_depth=max_unroll_depth, bounds_check=bounds_check)
 
     def as_relax(self, target="llvm"):
         """This model in a Relax IRModule (see `cortex_tvm.relax.as_relax`)."""
