@@ -22,9 +22,9 @@ from .linearize import Linearized
 from .runtime import CompiledModel
 from .schedule import RecSchedule, ScheduleError
 from . import recipes
+from .version import __version__
 from .frontend import compile, concat, exp, recursive, relu, sigmoid, split, tanh  # noqa: A004
 
-__version__ = "0.1.0"
 
 __all__ = [
     "data", "linearize", "models", "ra", "Node", "load_ptb", "Linearized",

@@ -1,18 +1,22 @@
-"""The `cortex-tvm` command: demo, show (and, as they arrive, bench, tune)."""
+"""The `cortex-tvm` command: demo, show, bench, tune."""
 from __future__ import annotations
 
 import argparse
 import sys
 import time
 
-from . import config
+import cortex_tvm as ct
+
+from . import build, config, padding, recipes
+from .bench import add_parser as add_bench_parser
+from .bench.cases import MODEL_CLASSES, make_model
+from .schedule import RecSchedule
+from .timing import batches_of, mean_of_best
+from .tune import tune
 
 
 def _demo(args) -> int:
     import numpy as np
-
-    import cortex_tvm as ct
-    from .timing import batches_of, mean_of_best
 
     trees, vocab = ct.data.sst_sample() if args.trees is None else ct.data.load_ptb(args.trees)
     print(f"cortex-tvm demo: TreeLSTM H={args.hidden}, {len(trees)} SST trees, batches of {args.batch}, "
@@ -41,7 +45,6 @@ def _demo(args) -> int:
 
 
 def _make_model(name, hidden, vocab_size):
-    from .bench.cases import MODEL_CLASSES, make_model
     key = name.lower()
     if key not in MODEL_CLASSES:
         raise SystemExit(f"unknown model {name!r}; models: {sorted(MODEL_CLASSES)}")
@@ -51,9 +54,6 @@ def _make_model(name, hidden, vocab_size):
 def _show(args) -> int:
     """Print the TIR before the recipe and after each of its steps (as a diff, or in full)."""
     import difflib
-
-    from . import build, padding, recipes
-    from .schedule import RecSchedule
 
     target = build.make_target(args.target)
     model = padding.compiled_form(_make_model(args.model, args.hidden, args.vocab), target)
@@ -91,6 +91,37 @@ def _show(args) -> int:
     return 0
 
 
+def _add_tune_parser(subparsers) -> None:
+    p = subparsers.add_parser("tune", help="search a model's schedule knobs; trials go to a JSON-lines log")
+    p.add_argument("model", help=f"a zoo model: {', '.join(MODEL_CLASSES)}")
+    p.add_argument("--trials", type=int, default=32, help="trials in all (ones already in the log count)")
+    p.add_argument("--log", default="tuning.jsonl", help="JSON-lines tuning log (appended to; resumed)")
+    p.add_argument("--trees", default=None, help="a PTB-bracket file to time on (default: bundled SST sample)")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--batch", type=int, default=10)
+    p.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--mcpu", default=None, help="LLVM CPU to tune for (e.g. haswell: AVX2 code)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per batch (the best counts)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=_tune)
+
+
+def _tune(args) -> int:
+    """`cortex-tvm tune MODEL --trials N --log PATH`: search the default schedule's knobs."""
+    trees, vocab = ct.data.sst_sample() if args.trees is None else ct.data.load_ptb(args.trees)
+    model = _make_model(args.model, args.hidden, len(vocab))
+    target = {"kind": "llvm", "mcpu": args.mcpu} if args.mcpu else args.target
+    best = tune(model, trials=args.trials, log=args.log, trees=trees, batch_size=args.batch,
+                target=target, seconds=args.seconds, seed=args.seed, repeats=args.repeats)
+    if best is None:
+        print("tune: every trial failed; see the errors in the log")
+        return 1
+    print(f"best: {best}")
+    print(f"use it: model.compile(tuning_log={args.log!r})")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="cortex-tvm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -109,10 +140,8 @@ def main(argv=None) -> int:
     show.add_argument("--target", default="llvm")
     show.add_argument("--full", action="store_true", help="print the whole TIR after each step, not a diff")
     show.set_defaults(run=_show)
-    from .bench import add_parser as _add_bench_parser
-    _add_bench_parser(sub)
-    from .tune.cli import register as register_tune
-    register_tune(sub)
+    add_bench_parser(sub)
+    _add_tune_parser(sub)
     args = parser.parse_args(argv)
     config.use_all_cores()
     return args.run(args)

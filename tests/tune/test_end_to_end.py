@@ -84,9 +84,9 @@ def test_failed_build_measures_inf(fc32, trees):
 def test_cli_registers_tune():
     import argparse
 
-    from cortex_tvm.tune.cli import register
+    from cortex_tvm.cli import _add_tune_parser
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers(dest="command"))
+    _add_tune_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["tune", "treefc", "--trials", "4", "--log", "x.jsonl", "--hidden", "32",
                               "--batch", "5", "--seconds", "10"])
     assert (args.model, args.trials, args.log, args.hidden, args.batch, args.seconds) == \

@@ -16,6 +16,9 @@ SYSTEMS = ("cortex_tvm", "numpy", "torch-eager", "torch-levels", "dgl")
 TORCH_SYSTEMS = ("torch-eager", "torch-levels", "dgl")
 
 
+from . import run  # noqa: E402 - after the names run.py imports from this package
+
+
 def add_parser(subparsers):
     """Register the `bench` subcommand on the CLI's subparsers."""
     p = subparsers.add_parser(
@@ -44,5 +47,4 @@ def add_parser(subparsers):
 
 
 def _run(args) -> int:
-    from .run import bench
-    return bench(args)
+    return run.bench(args)

@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from .. import data, models
+
 #: bench name -> cortex_tvm.models class name
 MODEL_CLASSES = {"treelstm": "TreeLSTM", "treefc": "TreeFC", "treegru": "TreeGRU",
                  "childsum": "ChildSumTreeLSTM", "mvrnn": "MVRNN", "dagrnn": "DAGRNN",
@@ -26,13 +28,11 @@ def hidden_for(name: str, hidden: int) -> int:
 
 
 def make_model(name: str, hidden: int, vocab_size: int):
-    import cortex_tvm as ct
-    return getattr(ct.models, MODEL_CLASSES[name])(hidden_size=hidden_for(name, hidden), vocab_size=vocab_size)
+    return getattr(models, MODEL_CLASSES[name])(hidden_size=hidden_for(name, hidden), vocab_size=vocab_size)
 
 
 def structures(name: str, trees: list) -> list:
     """The structures `name` runs on, one per SST tree given."""
-    from .. import data
     if name in ("seqlstm", "seqgru"):
         return [data.sequence(_words(t)) for t in trees]
     if name == "dagrnn":
@@ -47,5 +47,4 @@ def structures(name: str, trees: list) -> list:
 
 
 def _words(tree) -> list:
-    from .. import data
     return [n.word for n in data.postorder(tree) if n.children is None]

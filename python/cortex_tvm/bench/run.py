@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from .. import data
+from ..version import __version__
 from . import TORCH_SYSTEMS
 from .cases import MODEL_CLASSES, TORCH_MODELS, hidden_for, make_model, structures
 from .common import TOLERANCE, batch_starts, cpu_model, thread_env
@@ -79,14 +81,13 @@ def write_case(path, model, name, trees, batch, batches):
     Binary-tree models also get flat post-order arrays (word/left/right) for
     the standalone torch worker; other models run on `cases.structures`.
     """
-    from .. import data as ct_data
 
     starts = batch_starts(len(trees), batch, batches)
     index = np.array([s + k for s in starts for k in range(batch)], np.int64)
     groups = [structures(name, [trees[i] for i in index[k:k + batch]]) for k in range(0, len(index), batch)]
     arrays = _torch_arrays([trees[i] for i in index]) if name in TORCH_MODELS else {}
     flops = [model.flops(model.linearize(g)) for g in groups]        # pad=1: real nodes only
-    nodes = sum(len(ct_data.dag_postorder(t)) for g in groups for t in g) / len(groups)
+    nodes = sum(len(data.dag_postorder(t)) for g in groups for t in g) / len(groups)
     np.savez(path, model=np.array(name), hidden=np.array(model.hidden_size), batch=np.array(batch),
              tree_index=index, ref_h=model.reference(groups[0]).astype(np.float32), flops=np.array(flops),
              **arrays, **{"w_" + k: v for k, v in model.weights.items()})
@@ -95,11 +96,10 @@ def write_case(path, model, name, trees, batch, batches):
 
 def _torch_arrays(trees) -> dict:
     """Flat post-order word/left/right/height arrays of binary trees, and per-tree offsets."""
-    from .. import data as ct_data
 
     words, lefts, rights, heights, offsets = [], [], [], [], [0]
     for i, tree in enumerate(trees):
-        nodes = ct_data.postorder(tree)
+        nodes = data.postorder(tree)
         pos = {id(n): k for k, n in enumerate(nodes)}
         n = len(nodes)
         word, left, right = (np.full(n, -1, np.int64) for _ in range(3))
@@ -124,7 +124,6 @@ def _fmt_ms(ms):
 
 
 def bench(args) -> int:
-    import cortex_tvm as ct
     import tvm
 
     _apply_quick(args)
@@ -144,7 +143,7 @@ def bench(args) -> int:
     meta = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": args.threads,
-        "python": platform.python_version(), "cortex_tvm": ct.__version__, "tvm": tvm.__version__,
+        "python": platform.python_version(), "cortex_tvm": __version__, "tvm": tvm.__version__,
         "numpy": np.__version__, "torch_python": torch_python,
         "torch": (probe or {}).get("torch"), "dgl": (probe or {}).get("dgl"),
         "torch_numpy": (probe or {}).get("numpy"), "skipped": skipped,
@@ -154,13 +153,13 @@ def bench(args) -> int:
         "args": {k: v for k, v in vars(args).items() if k != "run"},
     }
     print(f"cortex-tvm bench: {args.threads} threads, {meta['cpu']}, loadavg {meta['loadavg_start'][0]:.2f}")
-    print(f"  cortex_tvm {ct.__version__}, tvm {tvm.__version__}, numpy {np.__version__}, "
+    print(f"  cortex_tvm {__version__}, tvm {tvm.__version__}, numpy {np.__version__}, "
           f"torch {meta['torch']}, dgl {meta['dgl']} ({torch_python or 'no torch python'})")
     print(f"  cortex_tvm compiled for mcpu={getattr(args, 'mcpu', None) or 'this CPU'}")
     for system, reason in skipped.items():
         print(f"  {system}: skipped, {reason}")
 
-    trees, vocab = ct.data.sst_sample()
+    trees, vocab = data.sst_sample()
     runs, failures = [], []
     with tempfile.TemporaryDirectory(prefix="cortex-bench-") as tmp:
         cases = []

@@ -19,27 +19,28 @@ import time
 
 import numpy as np
 
+from .. import data
 from .cases import make_model, structures
 from .common import THREAD_VARS, per_batch_best
 
-def load_case(path):
-    """(model, batches of structures, data) from an orchestrator npz."""
-    import cortex_tvm as ct
 
-    data = np.load(path)
-    trees, vocab = ct.data.sst_sample()
-    name = str(data["model"])
-    model = make_model(name, int(data["hidden"]), len(vocab))
-    model.load_weights({k[2:]: data[k] for k in data.files if k.startswith("w_")})
-    index = data["tree_index"]
-    size = int(data["batch"])
+
+def load_case(path):
+    """(model, batches of structures, the npz's arrays) from an orchestrator npz."""
+    case = np.load(path)
+    trees, vocab = data.sst_sample()
+    name = str(case["model"])
+    model = make_model(name, int(case["hidden"]), len(vocab))
+    model.load_weights({k[2:]: case[k] for k in case.files if k.startswith("w_")})
+    index = case["tree_index"]
+    size = int(case["batch"])
     chosen = structures(name, [trees[i] for i in index])
     batches = [chosen[k:k + size] for k in range(0, len(chosen), size)]
-    return model, batches, data
+    return model, batches, case
 
 
 def run_model(system, path, repeats, mcpu=None):
-    model, batches, data = load_case(path)
+    model, batches, case = load_case(path)
     extra = {}
     if system == "cortex_tvm":
         start = time.perf_counter()
@@ -51,7 +52,7 @@ def run_model(system, path, repeats, mcpu=None):
     else:
         fn = model.reference
     out = np.asarray(fn(batches[0]))
-    diff = float(np.abs(out - data["ref_h"]).max()) if out.shape == data["ref_h"].shape else float("inf")
+    diff = float(np.abs(out - case["ref_h"]).max()) if out.shape == case["ref_h"].shape else float("inf")
     times = per_batch_best(fn, batches, repeats)
     if system == "cortex_tvm":        # the host-side share, for the record
         lin = per_batch_best(fn.linearize, batches, repeats)

@@ -77,7 +77,6 @@ class Tensor:
                          "weight matrix p.<name>")
 
     def __getitem__(self, index):
-        from .trace import Word       # the node proxy lives in trace.py
         if isinstance(index, Word):
             return embed(self, index)
         raise type_error(f"{self.describe()}[{index!r}]: tensors are not indexed while tracing; use "
@@ -208,3 +207,14 @@ def concat(parts) -> Tensor:
         raise type_error(f"ct.concat expects a non-empty list of tensors, got {parts!r}"[:200])
     parts = tuple(vector(p, "ct.concat") for p in parts)
     return Tensor("concat", parts, (sum(p.size for p in parts),))
+
+
+class Word:
+    """`node.word` of a leaf: usable only as an embedding index, `p.<table>[node.word]`."""
+
+    def _misuse(self, *_, **__):
+        raise type_error("node.word can only index an embedding table, as p.<table>[node.word]")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __int__ = __index__ = _misuse
+    __float__ = __bool__ = __eq__ = __ne__ = __lt__ = __gt__ = __le__ = __ge__ = _misuse
+    __hash__ = object.__hash__

@@ -15,7 +15,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from .tensor import Tensor
+from .tensor import Tensor, Word
 from .where import UnsupportedAttribute, Where, caller, type_error, value_error
 from .where import cell as _cell
 
@@ -83,17 +83,6 @@ def recursive(fn) -> Recursive:
 
 
 # ----------------------------------------------------------------------------- proxies
-class Word:
-    """`node.word` of a leaf: usable only as an embedding index, `p.<table>[node.word]`."""
-
-    def _misuse(self, *_, **__):
-        raise type_error("node.word can only index an embedding table, as p.<table>[node.word]")
-
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __int__ = __index__ = _misuse
-    __float__ = __bool__ = __eq__ = __ne__ = __lt__ = __gt__ = __le__ = __ge__ = _misuse
-    __hash__ = object.__hash__
-
-
 class ChildRef:
     """`node.children[j]`: only passed to the cell itself, which returns child j's states."""
 

@@ -28,6 +28,8 @@ from tvm import tirx
 
 from .. import passes
 from .core import ScheduleError
+from .kernels import KernelPrimitives
+from .layout import MIN_DENSE_ROWS
 
 #: blocks of the persistent grid: one per SM of an H100/H200 (132 SMs)
 DEFAULT_GRID = 132
@@ -53,7 +55,6 @@ class GpuPrimitives:
         max_level_size = passes.param(self.func, "max_level_size")
         num_slots = passes.param(self.func, self.lowered.params[0]).shape[0]
         scope_block = self.sch.get(self._block(scope))
-        from .layout import MIN_DENSE_ROWS
         for buf in scope_block.alloc_buffers:
             first = buf.shape[0]
             if isinstance(first, tvm.ir.Var) and first.same_as(num_slots):
@@ -261,7 +262,6 @@ class GpuPrimitives:
         """
         bound = self._gpu_bound()
         if not bound:
-            from .kernels import KernelPrimitives
             return KernelPrimitives.single_kernel(self)
         if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 1:
             raise ScheduleError(f"single_kernel: blocks must be a positive int, got {blocks!r}")

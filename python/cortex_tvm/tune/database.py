@@ -12,8 +12,11 @@ import math
 import os
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import tvm
+
+from ..version import __version__
 from .space import TuningPoint
 from .workload import Workload
 
@@ -53,10 +56,7 @@ class TuningRecord:
 
 
 def versions() -> dict:
-    import tvm
-
-    import cortex_tvm
-    return {"cortex_tvm": cortex_tvm.__version__, "tvm": tvm.__version__}
+    return {"cortex_tvm": __version__, "tvm": tvm.__version__}
 
 
 class Database:
@@ -124,7 +124,6 @@ class Database:
 
 
 def _with_batch(workload: Workload, batch_size) -> Workload:
-    from dataclasses import replace
     return replace(workload, batch_size=batch_size)
 
 

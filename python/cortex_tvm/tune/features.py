@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..schedule import RecSchedule, derive
+from ..schedule.derive import STACK_BYTES, column_vectors
+from ..target import cpu_info
+
 
 @dataclass(frozen=True)
 class WorkloadStats:
@@ -70,8 +74,6 @@ class ProgramFacts:
 
     @classmethod
     def of(cls, kernel_model, target) -> "ProgramFacts":
-        from ..schedule import RecSchedule, derive
-        from ..target import cpu_info
         info = cpu_info(target)
         rs = RecSchedule(kernel_model.lower(specialize_leaves=True))
         leaves = set(rs.block_names("leaves"))
@@ -90,7 +92,6 @@ def derived_vector(knobs: dict, facts: ProgramFacts, stats: WorkloadStats) -> li
     """Features of one derived-schedule point: the register tile each GEMM gets against the
     register file, its arithmetic intensity, padding waste, parallel balance, the work left at
     run time; then the CPU and the workload.  Flop-weighted over the GEMMs."""
-    from ..schedule.derive import STACK_BYTES, column_vectors
     nt, lanes = int(knobs["node_tile"]), int(knobs.get("lanes") or facts.lanes)
     rows = []
     for middle, columns, reduction, is_leaf in facts.gemms:

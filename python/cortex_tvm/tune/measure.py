@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import data
 from ..timing import batches_of, best_of
 
 #: largest |compiled - model.reference| accepted (fast_math's polynomials are ~1e-6)
@@ -30,7 +31,6 @@ def tuning_batches(model, trees=None, batch_size: int = 10, max_batches: int = 1
 
     With more trees than `max_batches` batches need, batches are spread over the whole set.
     """
-    from .. import data
     if trees is None:
         trees, _ = data.sst_sample()
     vocab = getattr(model, "vocab_size", None)

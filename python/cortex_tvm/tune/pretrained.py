@@ -20,6 +20,9 @@ from importlib import resources
 
 import numpy as np
 
+from .. import data
+from ..data import Node, postorder
+from .cost_model import PARAMS, spearman
 from .features import ProgramFacts, WorkloadStats, derived_vector
 from .space import TuningPoint
 
@@ -51,7 +54,6 @@ def facts_for(space) -> ProgramFacts | None:
 def typical_stats(kernel_model, batch_size: int = 10) -> WorkloadStats:
     """Shape statistics of a typical batch (SST trees, words folded into the vocabulary): the
     prior compile() ranks with when it has not seen the user's trees."""
-    from .. import data
     trees, _ = data.sst_sample()
     vocab = getattr(kernel_model, "vocab_bound", None) or 1
     folded = [_fold(t, vocab) for t in trees[:batch_size]]
@@ -59,7 +61,6 @@ def typical_stats(kernel_model, batch_size: int = 10) -> WorkloadStats:
 
 
 def _fold(tree, vocab):
-    from ..data import Node, postorder
     made = {}
     for n in postorder(tree):
         made[id(n)] = Node(word=n.word % vocab) if n.is_leaf else Node(children=[made[id(c)] for c in n.children])
@@ -100,7 +101,6 @@ def load_runs(paths) -> list:
 def train(rows, rounds: int = 200, seed: int = 0):
     """An xgboost pairwise ranker over groups (one group per workload and batch size)."""
     import xgboost as xgb
-    from .cost_model import PARAMS
     groups = sorted({r["group"] for r in rows})
     rows = sorted(rows, key=lambda r: groups.index(r["group"]))
     x = np.array([r["features"] for r in rows], dtype=np.float32)
@@ -115,7 +115,6 @@ def held_out_report(rows, by: str = "hidden", out=sys.stdout) -> dict:
     on the held-out groups: Spearman of predicted vs measured order, and the regret of the
     top-ranked point against the group's best and against the analytic default."""
     import xgboost as xgb
-    from .cost_model import spearman
     index = {"model": 0, "hidden": 1, "mcpu": 2}[by]
     values = sorted({r["group"].split("/")[index] for r in rows})
     report = {}

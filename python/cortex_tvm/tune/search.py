@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cost_model import CostModel
+from .pretrained import facts_for, shipped_booster
 from .database import Database, TuningRecord, now, versions
 from .space import Space, TuningPoint
 
@@ -51,7 +52,6 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
     resumed_with = len(done)
     if done and log is not None:
         print(f"tune: resuming, {len(done)} trials of {workload} already in the log", file=log)
-    from .pretrained import facts_for, shipped_booster
     facts = facts_for(space)
     model = CostModel(stats, seed=config.seed, facts=facts, prior=shipped_booster() if facts else None)
     target_detail = str(getattr(measurer, "target", ""))

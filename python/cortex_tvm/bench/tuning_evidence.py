@@ -1,4 +1,4 @@
-"""Does the tuner work?  A benchmark that prints (not a test): `python -m cortex_tvm.tune.evidence`.
+"""Does the tuner work?  A benchmark that prints (not a test): `python -m cortex_tvm.bench.tuning_evidence`.
 
 1. Exhaustive: every valid point of a small TreeFC space is built and timed.
 2. Search quality: the tuner, given 25% of that many trials, runs for 5 seeds
@@ -17,8 +17,22 @@ import time
 
 import numpy as np
 
+from .. import data, models
+from ..timing import best_of
+from ..tune.apply import recipe_from_log
+from ..tune.cost_model import CostModel, spearman
+from ..tune.database import Database
+from ..tune.features import WorkloadStats
+from ..tune.measure import MeasureResult, Measurer, tuning_batches
+from ..tune.search import SearchConfig, search
+from ..tune.space import Space, TuningPoint
+from ..tune.workload import Workload
+
+#: the hand-written TreeFC recipe's knobs, every one fixed or listed (a knob left out would keep
+#: all its candidates and multiply the space): 3 x 3 x 3 x 2 x 2 = 108 points
 SMALL_KNOBS = {"column_tile": [64, 32, 16], "node_tile": [1, 2, 4], "k_unroll": [8, 4, 1],
-               "unroll_depth": [1, 3], "persist": [True, False], "per_level": [False]}
+               "unroll_depth": [1, 3], "persist": [True, False], "per_level": [False], "lanes": [16],
+               "specialize": [True]}
 
 
 class TableMeasurer:
@@ -30,14 +44,12 @@ class TableMeasurer:
         self.table = table
 
     def measure(self, space, point):
-        from .measure import MeasureResult
         return self.table.get(point) or MeasureResult(error="not in the table")
 
 
 def exhaustive(model, space, measurer, passes=2, out=sys.stdout) -> dict:
     """Every valid point, measured in `passes` sweeps (builds are cached after the first);
     each batch keeps its best time over the sweeps, which filters out other jobs' interference."""
-    from .measure import MeasureResult
 
     start = time.perf_counter()
     points = space.valid_points()
@@ -70,17 +82,12 @@ def save_table(table, path):
 def load_table(path) -> dict:
     import json
 
-    from .measure import MeasureResult
-    from .space import TuningPoint
     with open(path, encoding="utf-8") as f:
         return {TuningPoint.from_json(d["knobs"]): MeasureResult(tuple(d["latencies"]), d["error"])
                 for d in json.load(f)}
 
 
 def search_quality(space, table, stats, seeds=5, fraction=0.25, out=sys.stdout) -> float:
-    from .database import Database
-    from .search import SearchConfig, search
-    from .workload import Workload
 
     best = min(r.mean for r in table.values())
     trials = max(4, round(fraction * len(table)))
@@ -101,7 +108,6 @@ def search_quality(space, table, stats, seeds=5, fraction=0.25, out=sys.stdout) 
 
 
 def rank_quality(table, stats, splits=5, out=sys.stdout) -> float:
-    from .cost_model import CostModel, spearman
 
     points = [p for p, r in table.items() if r.error is None]
     scores = []
@@ -117,14 +123,9 @@ def rank_quality(table, stats, splits=5, out=sys.stdout) -> float:
 
 
 def tuned_vs_default(trees, vocab, log, rounds=3, out=sys.stdout):
-    import cortex_tvm as ct
 
-    from .apply import recipe_from_log
-    from ..timing import best_of
-    from .measure import tuning_batches
-    from .space import Space, TuningPoint
 
-    model = ct.models.TreeLSTM(hidden_size=256, vocab_size=len(vocab))
+    model = models.TreeLSTM(hidden_size=256, vocab_size=len(vocab))
     recipe, how = recipe_from_log(model, log, "llvm", batch_size=10)
     tuned, default = model.compile(schedule=recipe), model.compile()
     batches = tuning_batches(model, trees, 10, max_batches=32)
@@ -142,7 +143,7 @@ def tuned_vs_default(trees, vocab, log, rounds=3, out=sys.stdout):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cortex_tvm.tune.evidence", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m cortex_tvm.bench.tuning_evidence", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hidden", type=int, default=128, help="TreeFC hidden size of the exhaustive space")
     parser.add_argument("--repeats", type=int, default=5)
@@ -154,18 +155,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("TVM_NUM_THREADS", "2")
 
-    import cortex_tvm as ct
 
-    from .features import WorkloadStats
-    from .measure import Measurer, tuning_batches
-    from .space import Space
 
-    trees, vocab = ct.data.sst_sample()
-    model = ct.models.TreeFC(hidden_size=args.hidden, vocab_size=len(vocab))
+    trees, vocab = data.sst_sample()
+    model = models.TreeFC(hidden_size=args.hidden, vocab_size=len(vocab))
     batches = tuning_batches(model, trees, 10, args.batches)
     print(f"cortex_tvm.tune evidence: TVM_NUM_THREADS={os.environ['TVM_NUM_THREADS']}, TreeFC H={args.hidden}, "
           f"SST batch 10, {len(batches)} batches, best of {args.repeats}", flush=True)
-    space = Space(model, knobs=SMALL_KNOBS)
+    space = Space(model, recipe="treefc_llvm", knobs=SMALL_KNOBS)
     stats = WorkloadStats.of(model, batches)
     if args.table and os.path.exists(args.table):
         table = load_table(args.table)
