@@ -29,7 +29,7 @@ from .cases import make_model, structures
 from .common import batch_starts
 
 
-def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repeats=3, seed=0,
+def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repeats=5, seed=0,
             progress=sys.stderr):
     """Measure `points` configurations of every (model, H, CPU) at every batch size; one JSON
     line per measurement with its features, appended to `out`."""
@@ -44,15 +44,18 @@ def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repea
         model = make_model(name, H, len(vocab))
         space = Space(model, target)
         facts = ProgramFacts.of(space.kernel_model, target)
-        # the default first (held_out_report compares against it), then compile()'s candidates
-        # (the ranking that matters), then random points for coverage
-        pool = [p for p in candidates(space.recipe) if p != space.default() and space.is_valid(p)]
-        chosen = [space.default()] + [pool[i] for i in rng.permutation(len(pool))[:points // 2]]
+        # the default (held_out_report compares against it), compile()'s candidates (the ranking
+        # that matters), random points for coverage; timed in a random order, so that a point
+        # is not always the first one after a build (a cold first timing would count against it)
+        default = space.default()
+        pool = [p for p in candidates(space.recipe) if p != default and space.is_valid(p)]
+        chosen = [default] + [pool[i] for i in rng.permutation(len(pool))[:points // 2]]
         chosen += space.sample(points - len(chosen), rng, exclude=chosen)
+        chosen = [chosen[i] for i in rng.permutation(len(chosen))]
         for B in batch_sizes:
             batches = [structures(name, trees[s:s + B]) for s in batch_starts(len(trees), B, 4)]
             stats = WorkloadStats.of(model, batches)
-            measurer = Measurer(model, batches, target, repeats=repeats, warmup=1)
+            measurer = Measurer(model, batches, target, repeats=repeats, warmup=3)
             for point in chosen:
                 key = f"{name}/{H}/{mcpu}/{B}/{point}"
                 if key in done:
@@ -60,6 +63,7 @@ def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repea
                 start = time.perf_counter()
                 result = measurer.measure(space, point)
                 row = {"key": key, "group": f"{name}/{H}/{mcpu}/{B}", "knobs": point.to_json(),
+                       "default": point == default,
                        "seconds": result.mean if np.isfinite(result.mean) else None, "error": result.error,
                        "features": derived_vector(point.as_dict(), facts, stats)}
                 with open(out, "a", encoding="utf-8") as f:

@@ -124,13 +124,13 @@ def held_out_report(rows, by: str = "hidden", out=sys.stdout) -> dict:
         rhos, regrets, default_regrets = [], [], []
         for g in sorted({r["group"] for r in test}):
             grp = [r for r in test if r["group"] == g]
-            if len(grp) < 3:
+            if len(grp) < 3 or not any(r.get("default") for r in grp):
                 continue
             pred = booster.predict(xgb.DMatrix(np.array([r["features"] for r in grp], dtype=np.float32)))
             secs = np.array([r["seconds"] for r in grp])
             rhos.append(spearman(pred, -secs))
             regrets.append(secs[int(np.argmax(pred))] / secs.min() - 1)
-            default_regrets.append(secs[0] / secs.min() - 1)       # collect() measures the default first
+            default_regrets.append(min(r["seconds"] for r in grp if r.get("default")) / secs.min() - 1)
         report[value] = (float(np.mean(rhos)), float(np.mean(regrets)), float(np.mean(default_regrets)))
         print(f"held out {by}={value}: spearman {report[value][0]:.2f}, model's pick {100 * report[value][1]:.1f}% "
               f"slower than the best, analytic default {100 * report[value][2]:.1f}% slower", file=out)
