@@ -62,7 +62,8 @@ def export(compiled, path) -> str:
                    for w in lowered.weights],
         "states": [{"name": s.name, "shape": [int(d) for d in s.shape], "dtype": str(s.dtype)}
                    for s in program.states],
-        "node_inputs": [{"name": i.name, "bound": int(i.bound)} for i in lowered.node_inputs],
+        "node_inputs": [{"name": i.name, "bound": int(i.bound), "missing": getattr(i, "missing", None)}
+                        for i in lowered.node_inputs],
         "uses_num_children": bool(lowered.uses_num_children),
         "specialized": bool(lowered.specialized),
         "max_children": int(program.spec.max_children),

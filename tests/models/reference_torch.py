@@ -33,7 +33,7 @@ class TreeGRU(nn.Module):
 
 
 class ChildSumTreeLSTM(nn.Module):
-    """The common child-sum module (ioux, iouh, fx, fh); internal nodes have x = 0."""
+    """The common child-sum module (ioux, iouh, fx, fh); x = emb[word] at every node with a word, else 0."""
 
     def __init__(self, V, H):
         super().__init__()
@@ -48,7 +48,7 @@ class ChildSumTreeLSTM(nn.Module):
             x = self.emb.weight[n.word]
             child_h = child_c = torch.zeros(1, H)
         else:
-            x = torch.zeros(H)
+            x = self.emb.weight[n.word] if n.word is not None else torch.zeros(self.emb.weight.shape[1])
             states = [self.node(c) for c in n.children]
             child_h = torch.stack([s[0] for s in states])
             child_c = torch.stack([s[1] for s in states])
@@ -95,9 +95,8 @@ class DAGRNN(nn.Module):
                 if n.is_leaf:
                     h[id(n)] = torch.tanh(self.Wx(self.emb.weight[n.word]))
                 else:
-                    carrier, *preds = n.children
-                    total = torch.stack([h[id(p)] for p in preds]).sum(0)
-                    h[id(n)] = torch.tanh(self.Wx(self.emb.weight[carrier.word]) + self.U(total))
+                    total = torch.stack([h[id(p)] for p in n.children]).sum(0)
+                    h[id(n)] = torch.tanh(self.Wx(self.emb.weight[n.word]) + self.U(total))
             out.append(h[id(dag)])
         return torch.stack(out)
 

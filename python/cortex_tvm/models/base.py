@@ -152,9 +152,18 @@ class Model:
 
     def as_relax(self, target="llvm"): from ..relax import as_relax; return as_relax(self, target)  # noqa: E704,E702
 
+    #: whether the model reads words on inner nodes (x = 0 at a node without a word)
+    reads_inner_words = False
+
+    @property
+    def no_word(self):
+        """What `lin.words` holds at a node without a word: vocab_bound for models that read
+        words on inner nodes (their node input is `optional`), None otherwise."""
+        return self.vocab_bound if self.reads_inner_words else None
+
     def linearize(self, trees, pad=1) -> _linearize.Linearized:
         return _linearize.linearize(trees, self.max_children, pad=pad, vocab_size=self.vocab_bound,
-                                    allow_shared=self.program.spec.kind == "dag")
+                                    allow_shared=self.program.spec.kind == "dag", no_word=self.no_word)
 
     def reference(self, trees) -> np.ndarray:
         """Root states from the numpy level-batched executor (the demo's baseline)."""
