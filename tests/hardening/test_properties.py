@@ -74,7 +74,7 @@ batches = st.lists(binary_trees, min_size=1, max_size=6)
 
 @st.composite
 def dags(draw, max_preds=2):
-    """A random DAG in DAG-RNN form: node i = Node(children=[carrier, *preds]) with distinct
+    """A random DAG in DAG-RNN form: node i = Node(word=w, children=preds) with distinct
     earlier nodes as preds (shared by several successors), or a leaf when it has none."""
     n = draw(st.integers(1, 14))
     nodes = []
@@ -82,7 +82,7 @@ def dags(draw, max_preds=2):
         k = draw(st.integers(0, min(max_preds, i)))
         preds = draw(st.lists(st.integers(0, i - 1), min_size=k, max_size=k, unique=True)) if k else []
         w = draw(words)
-        nodes.append(Node(children=[Node(word=w)] + [nodes[p] for p in preds]) if preds else Node(word=w))
+        nodes.append(Node(word=w, children=[nodes[p] for p in preds]) if preds else Node(word=w))
     return nodes[-1]
 
 

@@ -117,3 +117,32 @@ class SeqGRU(nn.Module):
 
     def forward(self, word_lists):
         return torch.stack([self.gru(self.emb(torch.tensor(ws))[:, None])[1][0, 0] for ws in word_lists])
+
+
+class TreeLSTM(nn.Module):
+    """Binary TreeLSTM by recursion; an inner node with a word adds W x + bW to i, o, u
+    (TreeLSTM(inner_words=True)); a missing child is zero state."""
+
+    def __init__(self, V, H):
+        super().__init__()
+        self.H = H
+        self.emb = nn.Embedding(V, H)
+        self.W, self.U = nn.Linear(H, 3 * H), nn.Linear(2 * H, 5 * H)
+
+    def node(self, n):
+        H = self.H
+        if n.is_leaf:
+            i, o, u = self.W(self.emb.weight[n.word]).split(H)
+            c = torch.sigmoid(i) * torch.tanh(u)
+            return torch.sigmoid(o) * torch.tanh(c), c
+        states = [self.node(k) for k in n.children] + [(torch.zeros(H), torch.zeros(H))] * (2 - len(n.children))
+        (hl, cl), (hr, cr) = states
+        i, fl, fr, o, u = self.U(torch.cat([hl, hr])).split(H)
+        if n.word is not None:
+            xi, xo, xu = self.W(self.emb.weight[n.word]).split(H)
+            i, o, u = i + xi, o + xo, u + xu
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    def forward(self, trees):
+        return torch.stack([self.node(t)[0] for t in trees])

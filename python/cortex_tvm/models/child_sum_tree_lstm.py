@@ -75,7 +75,7 @@ class ChildSumTreeLSTM(Model):
 
         j = ra.reduce_axis(K, "j")
         h_sum = ra.compute((H,), lambda k: ra.sum(h[child(n, j), k], j), name="h_sum")
-        x_iou, x_f = self._inner_inputs(word, emb) if self.reads_inner_words else (None, None)
+        x_iou, x_f = self._inner_inputs(word, emb, W_iou) if self.reads_inner_words else (None, None)
         k = ra.reduce_axis(H, "k")
         def with_x(value, x_term, i):          # the same expression as before when x is never read
             return value if x_term is None else value + x_term[i]
@@ -91,10 +91,10 @@ class ChildSumTreeLSTM(Model):
         internal_h = ra.compute((H,), lambda i: s(gates[H + i]) * tanh(internal_c[i]), name="internal_h")
         return ra.rec_compute(tree, {h: (leaf_h, internal_h), c: (leaf_c, internal_c)})
 
-    def _inner_inputs(self, word, emb):
+    def _inner_inputs(self, word, emb, W_iou):
         """W_iou x and W_f x at an inner node, x = emb[word] where it has a word, else 0."""
         H, E, n = self.hidden_size, self.embed_size, ra.node()
-        W_iou, W_f = ra.weight("W_iou", (3 * H, E)), ra.weight("W_f", (H, E))
+        W_f = ra.weight("W_f", (H, E))
         x = ra.compute((E,), lambda e: ra.if_then_else(word.present(n), emb[word.index(n), e], ra.zero()),
                        name="inner_x")
         e1, e2 = ra.reduce_axis(E, "e1"), ra.reduce_axis(E, "e2")
