@@ -96,7 +96,8 @@ class DAGRNN(nn.Module):
                     h[id(n)] = torch.tanh(self.Wx(self.emb.weight[n.word]))
                 else:
                     total = torch.stack([h[id(p)] for p in n.children]).sum(0)
-                    h[id(n)] = torch.tanh(self.Wx(self.emb.weight[n.word]) + self.U(total))
+                    x = self.emb.weight[n.word] if n.word is not None else torch.zeros(self.emb.weight.shape[1])
+                    h[id(n)] = torch.tanh(self.Wx(x) + self.U(total))
             out.append(h[id(dag)])
         return torch.stack(out)
 
