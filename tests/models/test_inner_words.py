@@ -117,6 +117,15 @@ def test_tree_lstm_inner_words(schedule):
         _assert_close(g, w)
 
 
+def test_tree_lstm_inner_words_with_the_shipped_recipe():
+    """At H=64 the default TreeLSTM recipe fits: hoisted leaf tables, packed W read at inner nodes too."""
+    model = ct.models.TreeLSTM(64, V, inner_words=True)
+    compiled = model.compile()
+    assert compiled.recipe_name == "treelstm_llvm" and compiled.plan.hoisted
+    trees = _random_dependency_trees(30, 2, seed=8)
+    _assert_close(compiled(trees), np.stack([h[-1] for h in tree_ref.tree_lstm(trees, model.weights)[0]]))
+
+
 def test_tree_lstm_inner_words_matches_pytorch():
     model = ct.models.TreeLSTM(16, V, inner_words=True)
     torch, module = _torch("TreeLSTM", model)
