@@ -72,8 +72,7 @@ def export(compiled, path) -> str:
                    for w in lowered.weights],
         "states": [{"name": s.name, "shape": [int(d) for d in s.shape], "dtype": str(s.dtype)}
                    for s in program.states],
-        "node_inputs": [{"name": i.name, "bound": int(i.bound), "missing": getattr(i, "missing", None)}
-                        for i in lowered.node_inputs],
+        "node_inputs": [{"name": i.name, "bound": int(i.bound)} for i in lowered.node_inputs],
         "uses_num_children": bool(lowered.uses_num_children),
         "specialized": bool(lowered.specialized),
         "max_children": int(program.spec.max_children),
@@ -82,6 +81,8 @@ def export(compiled, path) -> str:
         "versions": {"cortex_tvm": cortex_tvm.__version__, "tvm": tvm.__version__},
         "cpu": integrity.target_cpu(compiled.target),
     }
+    for entry, inp in zip(meta["node_inputs"], lowered.node_inputs):
+        entry["missing"] = getattr(inp, "missing", None)      # the marker of a node without a word
     files = {LIB: _atomic(os.path.join(path, LIB), compiled.executable.export_library)}
 
     def write_weights(tmp):
