@@ -15,7 +15,7 @@ setup(
     package_dir={"": "python", "cortex_tvm.schedules": "schedules", "cortex_tvm.tuning_logs": "tuning"},
     packages=find_packages("python") + ["cortex_tvm.schedules", "cortex_tvm.tuning_logs"],
     package_data={
-        "cortex_tvm.data": ["sst_dev.txt"],
+        "cortex_tvm.data": ["sst_dev.txt", "ud_sample.conllu"],
         "cortex_tvm.schedules": ["*.json"],
         "cortex_tvm.tuning_logs": ["*.jsonl", "*.json"],
     },

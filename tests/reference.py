@@ -73,6 +73,9 @@ def tree_lstm(trees, weights):
                 cl, cr = _child_states(node, index, c, 2, H)
                 g = w["U"] @ np.concatenate([hl, hr]) + w["bU"]
                 i, fl, fr, o, u = (g[q * H:(q + 1) * H] for q in range(5))
+                if node.word is not None:       # TreeLSTM(inner_words=True): + W x + bW on i, o, u
+                    x = w["W"] @ w["emb"][node.word] + w["bW"]
+                    i, o, u = i + x[:H], o + x[H:2 * H], u + x[2 * H:]
                 c[p] = _sigmoid(i) * np.tanh(u) + _sigmoid(fl) * cl + _sigmoid(fr) * cr
             h[p] = _sigmoid(o) * np.tanh(c[p])
         hs.append(h)

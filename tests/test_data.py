@@ -36,32 +36,38 @@ def test_node_leaf_and_internal():
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    (dict(word=1, children=[Node(word=0)]), ValueError, "exactly one"),
-    (dict(), ValueError, "exactly one"),
+    (dict(), ValueError, "needs a word=, children=, or both"),
     (dict(children=[]), ValueError, "empty"),
     (dict(children=[Node(word=0), "x"]), TypeError, "child 1 is a str"),
     (dict(children=Node(word=0)), TypeError, "list of Nodes"),
     (dict(word="cat"), TypeError, "word must be an int"),
     (dict(word=1.0), TypeError, "word must be an int"),
     (dict(word=True), TypeError, "word must be an int"),
-    (dict(word=1, label="pos"), TypeError, "label"),
+    (dict(word=1, label=2.5), TypeError, "label"),
+    (dict(word=1, label=["NP"]), TypeError, "label"),
 ])
 def test_node_validation(kwargs, error, match):
     with pytest.raises(error, match=match):
         Node(**kwargs)
 
 
-def test_node_setters_switch_role_and_validate():
+def test_node_word_and_children_are_independent():
     a, b = Node(word=1), Node(word=2)
+    both = Node(word=5, children=[a], label="nsubj")
+    assert both.word == 5 and both.children == [a] and not both.is_leaf and both.label == "nsubj"
+    assert repr(both) == "Node(word=5, children=1, label='nsubj')"
     node = Node(word=0)
-    node.children = (a, b)
-    assert node.word is None and list(node.children) == [a, b]
+    node.children = (a, b)                        # a leaf gains children and keeps its word
+    assert node.word == 0 and list(node.children) == [a, b]
+    node.word = None                              # an inner node may drop its word
+    assert node.word is None
+    with pytest.raises(ValueError, match="needs children"):
+        node.children = None                      # ... but then it cannot become a leaf
     node.word = 7
-    assert node.word == 7 and node.children is None
-    with pytest.raises(ValueError):
+    node.children = None
+    assert node.word == 7 and node.children is None and node.is_leaf
+    with pytest.raises(ValueError, match="leaf must keep its word"):
         node.word = None
-    with pytest.raises(ValueError):
-        node.children = None
     with pytest.raises(ValueError):
         node.children = []
     with pytest.raises(TypeError):
@@ -169,8 +175,6 @@ def test_parse_ptb_single_leaf_tree():
 @pytest.mark.parametrize("line, match", [
     ("(2 (2 a) (2 b)", "unbalanced.*missing"),
     ("(2 (2 a) (2 b)))", "unbalanced.*too many"),
-    ("( (2 a) (2 b))", "missing label"),
-    ("(x a)", "missing label"),
     ("(2 (2 a) (2 b)) (2 c)", "after the tree ends"),
     ("(2 a b)", "more than one word"),
     ("(2 a (2 b))", "both a word and subtrees"),

@@ -28,3 +28,19 @@ def test_readme_usage_example_runs(tmp_path):
     np.testing.assert_allclose(roots, scope["model"].reference(trees), atol=1e-4)
     assert [len(e) for e in every] == [len(ct.data.postorder(t)) for t in trees]
     assert scope["tree"].children[0] is scope["leaf"]
+
+
+def test_readme_dependency_example_runs(tmp_path):
+    """The second block of the Use section (CoNLL-U, a word on an inner node) as written."""
+    import cortex_tvm as ct
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Use"):text.index("### Models")]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[1]
+    sample = (pathlib.Path(ct.data.__file__).parent / "ud_sample.conllu")
+    assert '"path/to/treebank.conllu"' in code
+    code = "import cortex_tvm as ct\n" + code.replace('"path/to/treebank.conllu"', repr(str(sample)))
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    trees, roots, model = scope["trees"] + [scope["dep"]], scope["roots"], scope["model"]
+    assert roots.shape == (13, 150) and scope["dep"].word == 1 and scope["dep"].children
+    np.testing.assert_allclose(roots, model.reference(trees), atol=1e-4)

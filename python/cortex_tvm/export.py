@@ -11,6 +11,10 @@ The directory holds:
                 inputs, max_children, structure kind (tree/dag), vocabulary bound, versions
   weights.npz   the weight arguments exactly as the kernel takes them (packed, hoisted tables)
 Each file is written to a temporary name and renamed into place; meta.json comes last.
+meta.json also records each file's size and sha256, its own digest, and the CPU the code
+was compiled for (triple, mcpu, mattr, LLVM features): `load` checks all of them before it
+maps the library (`integrity`), so a damaged export or a foreign CPU is a ValueError, not
+a SIGBUS or SIGILL.
 """
 from __future__ import annotations
 
@@ -18,20 +22,26 @@ import dataclasses
 import json
 import os
 import tempfile
+import zipfile
 from types import SimpleNamespace
 
 import numpy as np
 
-FORMAT = 1
+from . import integrity
+
+FORMAT = 2      # 2: file digests, meta seal and CPU features (format 1 had none)
 LIB, META, WEIGHTS = "lib.so", "meta.json", "weights.npz"
 
 
-def _atomic(path, write):
+def _atomic(path, write) -> dict:
+    """Write through a temporary file renamed into place; returns the written file's digest."""
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=os.path.dirname(path))
     os.close(fd)
     try:
         write(tmp)
+        digest = integrity.file_digest(tmp)
         os.replace(tmp, path)
+        return digest
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -71,13 +81,17 @@ def export(compiled, path) -> str:
         "kind": program.spec.kind,
         "vocab_bound": compiled._vocab_bound,
         "versions": {"cortex_tvm": cortex_tvm.__version__, "tvm": tvm.__version__},
+        "cpu": integrity.target_cpu(compiled.target),
     }
-    _atomic(os.path.join(path, LIB), compiled.executable.export_library)
+    for entry, inp in zip(meta["node_inputs"], lowered.node_inputs):
+        entry["missing"] = getattr(inp, "missing", None)      # the marker of a node without a word
+    files = {LIB: _atomic(os.path.join(path, LIB), compiled.executable.export_library)}
 
     def write_weights(tmp):
         with open(tmp, "wb") as f:
             np.savez(f, **{w.name: a for w, a in zip(lowered.weights, compiled._weights)})
-    _atomic(os.path.join(path, WEIGHTS), write_weights)
+    files[WEIGHTS] = _atomic(os.path.join(path, WEIGHTS), write_weights)
+    meta = integrity.seal({**meta, "files": files})
 
     def write_meta(tmp):
         with open(tmp, "w", encoding="utf-8") as f:
@@ -95,11 +109,14 @@ def _read_meta(path):
     try:
         with open(meta_path, encoding="utf-8") as f:
             meta = json.load(f)
-    except ValueError as err:
+    except ValueError as err:          # also bad UTF-8 (UnicodeDecodeError is a ValueError)
         raise ValueError(f"load: {meta_path} is corrupt ({err})") from err
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ValueError(f"load: {meta_path} has format {meta.get('format') if isinstance(meta, dict) else None!r}, "
-                         f"this cortex_tvm reads format {FORMAT}")
+                         f"this cortex_tvm reads format {FORMAT} (export the model again)")
+    integrity.check_seal(meta, meta_path)
+    integrity.check_files(path, meta.get("files"))
+    integrity.check_cpu(meta.get("cpu"), os.path.join(path, LIB))
     return meta
 
 
@@ -133,8 +150,11 @@ def load(path, weights=None):
     plan_fields = {f.name for f in dataclasses.fields(RuntimePlan)}
     plan = RuntimePlan(**{k: _tuples(v) for k, v in meta["plan"].items() if k in plan_fields})
     if weights is None:
-        with np.load(os.path.join(path, WEIGHTS)) as npz:
-            arrays = [np.ascontiguousarray(npz[p["name"]]) for p in meta["params"]]
+        try:
+            with np.load(os.path.join(path, WEIGHTS)) as npz:
+                arrays = [np.ascontiguousarray(npz[p["name"]]) for p in meta["params"]]
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
+            raise ValueError(f"load: {os.path.join(path, WEIGHTS)} is unreadable ({err})") from err
     else:
         given = _given_weights(meta, weights)
         packs = {p[0]: p[1:] for p in plan.packs}

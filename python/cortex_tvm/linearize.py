@@ -43,7 +43,7 @@ class Linearized:
     level_offsets: np.ndarray  # (L+1,): level l is slots [level_offsets[l], level_offsets[l+1]); [0] == 1
     children: np.ndarray       # (num_slots, max_children): child slots, NULL_SLOT where none
     num_children: np.ndarray   # (num_slots,)
-    words: np.ndarray          # (num_slots,): word id of leaves, 0 elsewhere
+    words: np.ndarray          # (num_slots,): each node's word id; no_word (default 0) where a node has none
     roots: np.ndarray          # (B,): root slot of each tree, in batch order
     node_slots: np.ndarray     # (total nodes,): slot of every node, trees in batch order, each in postorder
     tree_sizes: np.ndarray     # (B,): node count of each tree (splits node_slots)
@@ -72,7 +72,7 @@ class Linearized:
 # ----------------------------------------------------------------------------
 #
 # The cache on a root is a _Flat.  Its ``table`` is int32 (2 + width, n), one
-# column per node in post-order: row 0 the word (0 for internal nodes), row 1
+# column per node in post-order: row 0 the word (_NO_WORD for a node without one), row 1
 # the number of children, rows 2.. each child's position *relative to its
 # parent* (always negative), or _NO_CHILD.  Relative positions stay valid when
 # trees are concatenated, so a batch needs no per-tree offset arithmetic; a
@@ -80,14 +80,16 @@ class Linearized:
 # NULL_SLOT with one np.minimum (see linearize).
 
 _NO_CHILD = 1 << 30  # larger than any batch's node count
+_NO_WORD = -2        # in a table's word row: a node without a word (user words there are >= -1)
 
 
 @dataclass(frozen=True, eq=False)
 class _Flat:
     epoch: int            # data.current_epoch() when this was computed
     max_children: int     # most children of any node in the tree
-    min_word: int         # min / max over word column (internal nodes count as 0)
+    min_word: int         # min / max over the nodes that have a word
     max_word: int
+    inner_words: bool     # some node has both a word and children
     heights: np.ndarray   # (n,) uint16, or int32 for trees 65536+ levels high
     table: np.ndarray     # int32 (2 + width, n), width >= max_children
     shared: bool = False  # a node is the child of several parents (only from _flatten_dag)
@@ -151,15 +153,16 @@ def _flatten(root: Node, tree_index: int, epoch: int) -> _Flat:
     """Compute the cacheable flat form of one tree."""
     order = _postorder_nodes(root, tree_index)
     n = len(order)
-    words = [0] * n
+    words = [None] * n
     num_children = [0] * n
     heights = [0] * n
     sizes = [1] * n           # subtree sizes, to locate children by arithmetic
     relative = []             # relative[j][p]: child j of node p, minus p
     for p, node in enumerate(order):
         children = node._children
-        if children is None:
+        if node._word is not None:
             words[p] = node._word
+        if children is None:
             continue
         k = len(children)
         if k == 0:
@@ -185,11 +188,17 @@ def _pack_flat(epoch, words, num_children, heights, relative, shared) -> _Flat:
     """The per-node lists of one traversal as a cacheable _Flat (both tree and DAG mode)."""
     n = len(words)
     height_dtype = np.uint16 if max(heights) < 1 << 16 else np.int32  # uint16 sorts faster
-    min_word, max_word = min(words), max(words)
-    if min_word < -(1 << 31) or max_word >= 1 << 31:
-        # keep the true extremes for the vocabulary check; the table only needs to hold int32
-        words = [min(max(w, -1), (1 << 31) - 1) for w in words]
+    given = [w for w in words if w is not None]       # a leaf always has a word: never empty
+    inner_words = len(given) > num_children.count(0)
+    min_word, max_word = min(given), max(given)
+    # the table holds _NO_WORD where a node has no word; a user's word is clipped to
+    # [-1, 2**31) there (the true extremes above are what the vocabulary check reads)
+    if min_word < 0 or max_word >= 1 << 31:
+        words = [_NO_WORD if w is None else min(max(w, -1), (1 << 31) - 1) for w in words]
+    else:
+        words = [_NO_WORD if w is None else w for w in words]
     return _Flat(epoch=epoch, max_children=len(relative), min_word=min_word, max_word=max_word,
+                 inner_words=inner_words,
                  heights=np.array(heights, dtype=height_dtype),
                  table=np.array([words, num_children] + relative, dtype=np.int32).reshape(-1, n),
                  shared=shared)
@@ -205,15 +214,16 @@ def _flatten_dag(root: Node, tree_index: int, epoch: int) -> _Flat:
         raise TypeError(f"tree {tree_index} contains a child that is not a Node") from None
     n = len(order)
     position = {id(node): p for p, node in enumerate(order)}
-    words = [0] * n
+    words = [None] * n
     num_children = [0] * n
     heights = [0] * n
     relative = []
     edges = 0
     for p, node in enumerate(order):
         children = node._children
-        if children is None:
+        if node._word is not None:
             words[p] = node._word
+        if children is None:
             continue
         k = len(children)
         if k == 0:
@@ -251,8 +261,8 @@ def _flat_for(tree: Node, tree_index: int, epoch: int, width: int,
         table = np.full((2 + width, flat.table.shape[1]), _NO_CHILD, dtype=np.int32)
         used = 2 + flat.max_children
         table[:used] = flat.table[:used]
-        flat = tree._flat = _Flat(flat.epoch, flat.max_children, flat.min_word,
-                                  flat.max_word, flat.heights, table, flat.shared)
+        flat = tree._flat = _Flat(flat.epoch, flat.max_children, flat.min_word, flat.max_word,
+                                  flat.inner_words, flat.heights, table, flat.shared)
     return flat
 
 
@@ -298,7 +308,7 @@ def _one_node_per_level(heights: np.ndarray) -> np.ndarray:
 
 
 def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
-              batching: bool = True, allow_shared: bool = False) -> Linearized:
+              batching: bool = True, allow_shared: bool = False, no_word=None) -> Linearized:
     """Lay out a batch of trees in level order; see :class:`Linearized`.
 
     Within a level, nodes keep batch order and then post-order; each level's
@@ -314,8 +324,15 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
     raise ValueError.  ``tree_sizes``/``node_slots`` then count distinct nodes,
     in ``data.dag_postorder`` order.  Nodes shared *between* batch entries are
     laid out once per entry.
+
+    ``no_word`` is for models that read words on inner nodes: ``words`` holds
+    it where a node has no word (choose a value outside the vocabulary, e.g.
+    ``vocab_size``).  With the default None, a node without a word gets 0 and
+    a word on an inner node (a node with children) raises ValueError.
     """
     _check_args(trees, max_children, pad, vocab_size)
+    if no_word is not None and (not _is_int(no_word) or no_word < 0 or no_word >= 1 << 31):
+        raise ValueError(f"no_word must be None or an int in [0, 2**31), got {no_word!r}")
     epoch = current_epoch()
     heights, tables, tree_sizes, root_index = [], [], [], []
     num_nodes = 0
@@ -329,6 +346,10 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
         if vocab_size is not None and flat.max_word >= vocab_size:
             raise ValueError(f"tree {i}: word id {flat.max_word} is outside the vocabulary "
                              f"(vocab_size={vocab_size})")
+        if flat.inner_words and no_word is None:
+            raise ValueError(f"tree {i}: a node has both a word and children, but this model reads "
+                             "words only at leaves (ChildSumTreeLSTM, TreeLSTM(inner_words=True), "
+                             "the sequence models and DAGRNN read words on inner nodes)")
         heights.append(flat.heights)
         tables.append(flat.table)
         size = flat.heights.shape[0]
@@ -382,23 +403,26 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
     children = np.empty((num_slots, max_children), dtype=np.int32)
     slot_of_node.take(child_nodes.T, out=children, mode="clip")
 
+    words = by_slot[0]
+    words[words == _NO_WORD] = 0 if no_word is None else no_word
     return Linearized(
         level_offsets=level_offsets,
         children=children,
         num_children=by_slot[1],
-        words=by_slot[0],
+        words=words,
         roots=slot_of_node[root_index],
         node_slots=slot_of_node[:num_nodes],
         tree_sizes=np.array(tree_sizes, dtype=np.int32),
     )
 
 
-def check_bounds(lin: Linearized, max_children: int, vocab_size=None) -> None:
+def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=None) -> None:
     """Check that every index a kernel reads through stays inside its buffer.
 
     ``linearize`` only produces valid arrays; this guards a Linearized that was
     built or edited by hand (``CompiledModel.run``, ``compile(bounds_check=True)``).
-    Raises ValueError naming the array.
+    ``no_word`` (a model's marker for "no word here", which it never indexes with)
+    is allowed in ``words`` too.  Raises ValueError naming the array.
     """
     if not isinstance(lin, Linearized):
         raise TypeError(f"expected a Linearized, got {type(lin).__name__}")
@@ -414,6 +438,8 @@ def check_bounds(lin: Linearized, max_children: int, vocab_size=None) -> None:
     for name, a, hi in (("children", lin.children, n), ("roots", lin.roots, n),
                         ("num_children", lin.num_children, max_children + 1),
                         ("words", lin.words, vocab_size)):
+        if name == "words" and no_word is not None:
+            a = a[a != no_word]
         if a.dtype != np.int32:
             raise ValueError(f"{name} out of bounds: expected int32, got {a.dtype}")
         if a.size and (a.min() < 0 or (hi is not None and a.max() >= hi)):

@@ -34,7 +34,7 @@ from tvm import te, tirx
 __all__ = [
     "Tree", "DAG", "node", "node_input", "weight", "rec_placeholder", "compute", "reduce_axis",
     "sum", "child", "num_children", "is_leaf", "rec_compute", "sigmoid", "tanh", "exp",
-    "if_then_else", "RecProgram", "NodeInput", "Weight", "RecState", "Compute",
+    "if_then_else", "zero", "RecProgram", "NodeInput", "Weight", "RecState", "Compute",
 ]
 
 
@@ -131,13 +131,31 @@ def _as_tuple(idx):
 
 @dataclass(eq=False)
 class NodeInput:
-    """An int32 value per node (e.g. the word id of a leaf); `bound` = number of valid values."""
+    """An int32 value per node (e.g. a word id); `bound` = number of valid values.
+
+    `missing` is None when only leaves are read (every leaf has a word; inner
+    nodes hold 0).  Otherwise inner nodes may have the input too, and a node
+    without one holds `missing` (== bound): read such an input with
+    `index(n)`, a value that is always a valid row, and test `present(n)`.
+    """
 
     name: str
     bound: int
+    missing: int | None = None
 
     def __getitem__(self, n):
         return _active().placeholders[self][_node_expr(n)]
+
+    def index(self, n):
+        """The value at node `n`, safe to index with: clamped to [0, bound) where it may be missing
+        (the marker is out of range), as is otherwise (so non-optional programs are unchanged)."""
+        return self[n] if self.missing is None else tirx.min(self[n], self.bound - 1)
+
+    def present(self, n):
+        """True where node `n` has this input (always true at a leaf)."""
+        if self.missing is None:
+            raise ValueError(f"node_input {self.name!r}: present() needs node_input(..., optional=True)")
+        return self[n] != self.missing
 
 
 _declaration_order = itertools.count()
@@ -184,10 +202,12 @@ class Compute:
         return b.tensors[self][(b.position,) + _as_tuple(idx)]
 
 
-def node_input(name: str, bound: int) -> NodeInput:
+def node_input(name: str, bound: int, optional: bool = False) -> NodeInput:
+    """A per-node int input with values in [0, bound).  optional=True: inner nodes may carry it
+    too and a node may lack it (see `NodeInput.index` / `NodeInput.present`)."""
     if not isinstance(bound, int) or bound < 1:
         raise ValueError(f"node_input {name!r}: bound must be a positive int, got {bound!r}")
-    return NodeInput(name, bound)
+    return NodeInput(name, bound, bound if optional else None)
 
 
 def weight(name: str, shape, dtype: str = "float32") -> Weight:
@@ -219,6 +239,11 @@ exp = te.exp
 
 def if_then_else(cond, then_value, else_value):
     return tirx.if_then_else(cond, then_value, else_value)
+
+
+def zero(dtype: str = "float32"):
+    """A typed zero (e.g. the else branch of `if_then_else` on float32 values)."""
+    return tirx.const(0, dtype)
 
 
 # ----------------------------------------------------------------------------- node intrinsics

@@ -23,11 +23,18 @@ def weight_arrays(model, rs, tables: dict) -> list:
     return out
 
 
+def no_word(lowered):
+    """What `words` holds at a node without a word for this kernel: an optional node input's
+    `missing` marker, or None when the kernel reads words only at leaves."""
+    return next((i.missing for i in lowered.node_inputs if getattr(i, "missing", None) is not None), None)
+
+
 def layout(trees, lowered, plan, vocab_bound) -> _linearize.Linearized:
     """Validate and lay out a batch the way a scheduled kernel expects (padding, batching, DAGs)."""
     spec = lowered.program.spec
     return _linearize.linearize(trees, spec.max_children, pad=plan.node_tile, vocab_size=vocab_bound,
-                                batching=plan.dynamic_batching, allow_shared=spec.kind == "dag")
+                                batching=plan.dynamic_batching, allow_shared=spec.kind == "dag",
+                                no_word=no_word(lowered))
 
 
 def structure_args(lin: _linearize.Linearized, lowered, put=lambda a: a) -> list:
@@ -110,7 +117,7 @@ class CompiledModel:
         The state buffers belong to this thread's workspace: copy what you keep.
         """
         if self.bounds_check:
-            _linearize.check_bounds(lin, self._max_children, self._vocab_bound)
+            _linearize.check_bounds(lin, self._max_children, self._vocab_bound, no_word(self.lowered))
         if self.target.kind.name == "cuda":
             return self._run_cuda(lin)
         states = self._state_buffers(lin.num_slots)

@@ -63,9 +63,11 @@ words = st.integers(0, V - 1)
 leaves = st.builds(lambda w: Node(word=w), words)
 
 
-def nary_trees(max_children, max_leaves=24):
-    return st.recursive(leaves, lambda kids: st.lists(kids, min_size=1, max_size=max_children)
-                        .map(lambda c: Node(children=c)), max_leaves=max_leaves)
+def nary_trees(max_children, max_leaves=24, inner_words=False):
+    """Random trees; with inner_words, an inner node has a word or not (dependency-style)."""
+    inner_word = st.one_of(st.none(), words) if inner_words else st.none()
+    return st.recursive(leaves, lambda kids: st.tuples(st.lists(kids, min_size=1, max_size=max_children), inner_word)
+                        .map(lambda cw: Node(word=cw[1], children=cw[0])), max_leaves=max_leaves)
 
 
 binary_trees = nary_trees(2)
@@ -74,7 +76,7 @@ batches = st.lists(binary_trees, min_size=1, max_size=6)
 
 @st.composite
 def dags(draw, max_preds=2):
-    """A random DAG in DAG-RNN form: node i = Node(children=[carrier, *preds]) with distinct
+    """A random DAG in DAG-RNN form: node i = Node(word=w, children=preds) with distinct
     earlier nodes as preds (shared by several successors), or a leaf when it has none."""
     n = draw(st.integers(1, 14))
     nodes = []
@@ -82,7 +84,7 @@ def dags(draw, max_preds=2):
         k = draw(st.integers(0, min(max_preds, i)))
         preds = draw(st.lists(st.integers(0, i - 1), min_size=k, max_size=k, unique=True)) if k else []
         w = draw(words)
-        nodes.append(Node(children=[Node(word=w)] + [nodes[p] for p in preds]) if preds else Node(word=w))
+        nodes.append(Node(word=w, children=[nodes[p] for p in preds]) if preds else Node(word=w))
     return nodes[-1]
 
 
@@ -108,7 +110,7 @@ def test_single_nodes_match_reference(name, schedule, batch):
 @given(data=st.data())
 def test_nary_trees_match_reference(name, schedule, data):
     model, c = compiled(name, schedule)
-    batch = data.draw(st.lists(nary_trees(model.max_children), min_size=1, max_size=5))
+    batch = data.draw(st.lists(nary_trees(model.max_children, inner_words=True), min_size=1, max_size=5))
     want = np.stack([h[-1] for h in refnp.child_sum_tree_lstm(batch, model.weights)])
     assert_close(c(batch), want)
 

@@ -60,12 +60,14 @@ def child_sum_tree_lstm(trees, weights):
         return _s(g[H:2 * H]) * np.tanh(c), c
 
     def internal(node, st):
+        # Dependency Tree-LSTM: x = emb[word] on an inner node that has a word, else 0
+        x = w["emb"][node.word] if node.word is not None else np.zeros(w["emb"].shape[1])
         hs = [st[id(k)][0] for k in node.children]
         cs = [st[id(k)][1] for k in node.children]
-        g = w["U_iou"] @ np.sum(hs, 0) + w["b_iou"] + w["bU_iou"]
+        g = w["W_iou"] @ x + w["U_iou"] @ np.sum(hs, 0) + w["b_iou"] + w["bU_iou"]
         c = _s(g[:H]) * np.tanh(g[2 * H:])
         for hk, ck in zip(hs, cs):
-            c = c + _s(w["U_f"] @ hk + w["bU_f"] + w["b_f"]) * ck
+            c = c + _s(w["W_f"] @ x + w["U_f"] @ hk + w["bU_f"] + w["b_f"]) * ck
         return _s(g[H:2 * H]) * np.tanh(c), c
     return _walk(trees, leaf, internal)
 
@@ -93,9 +95,8 @@ def dag_rnn(dags, weights):
         return (np.tanh(w["Wx"] @ w["emb"][node.word] + w["b"]),)
 
     def internal(node, st):
-        carrier, *preds = node.children
-        x = w["emb"][carrier.word]
-        total = np.sum([st[id(p)][0] for p in preds], 0) if preds else 0.0
+        x = w["emb"][node.word] if node.word is not None else np.zeros(w["emb"].shape[1])
+        total = np.sum([st[id(p)][0] for p in node.children], 0)
         return (np.tanh(w["Wx"] @ x + w["U"] @ total + w["b"]),)
     return _walk(dags, leaf, internal)
 

@@ -33,7 +33,7 @@ class TreeGRU(nn.Module):
 
 
 class ChildSumTreeLSTM(nn.Module):
-    """The common child-sum module (ioux, iouh, fx, fh); internal nodes have x = 0."""
+    """The common child-sum module (ioux, iouh, fx, fh); x = emb[word] at every node with a word, else 0."""
 
     def __init__(self, V, H):
         super().__init__()
@@ -48,7 +48,7 @@ class ChildSumTreeLSTM(nn.Module):
             x = self.emb.weight[n.word]
             child_h = child_c = torch.zeros(1, H)
         else:
-            x = torch.zeros(H)
+            x = self.emb.weight[n.word] if n.word is not None else torch.zeros(self.emb.weight.shape[1])
             states = [self.node(c) for c in n.children]
             child_h = torch.stack([s[0] for s in states])
             child_c = torch.stack([s[1] for s in states])
@@ -95,9 +95,9 @@ class DAGRNN(nn.Module):
                 if n.is_leaf:
                     h[id(n)] = torch.tanh(self.Wx(self.emb.weight[n.word]))
                 else:
-                    carrier, *preds = n.children
-                    total = torch.stack([h[id(p)] for p in preds]).sum(0)
-                    h[id(n)] = torch.tanh(self.Wx(self.emb.weight[carrier.word]) + self.U(total))
+                    total = torch.stack([h[id(p)] for p in n.children]).sum(0)
+                    x = self.emb.weight[n.word] if n.word is not None else torch.zeros(self.emb.weight.shape[1])
+                    h[id(n)] = torch.tanh(self.Wx(x) + self.U(total))
             out.append(h[id(dag)])
         return torch.stack(out)
 
@@ -118,3 +118,32 @@ class SeqGRU(nn.Module):
 
     def forward(self, word_lists):
         return torch.stack([self.gru(self.emb(torch.tensor(ws))[:, None])[1][0, 0] for ws in word_lists])
+
+
+class TreeLSTM(nn.Module):
+    """Binary TreeLSTM by recursion; an inner node with a word adds W x + bW to i, o, u
+    (TreeLSTM(inner_words=True)); a missing child is zero state."""
+
+    def __init__(self, V, H):
+        super().__init__()
+        self.H = H
+        self.emb = nn.Embedding(V, H)
+        self.W, self.U = nn.Linear(H, 3 * H), nn.Linear(2 * H, 5 * H)
+
+    def node(self, n):
+        H = self.H
+        if n.is_leaf:
+            i, o, u = self.W(self.emb.weight[n.word]).split(H)
+            c = torch.sigmoid(i) * torch.tanh(u)
+            return torch.sigmoid(o) * torch.tanh(c), c
+        states = [self.node(k) for k in n.children] + [(torch.zeros(H), torch.zeros(H))] * (2 - len(n.children))
+        (hl, cl), (hr, cr) = states
+        i, fl, fr, o, u = self.U(torch.cat([hl, hr])).split(H)
+        if n.word is not None:
+            xi, xo, xu = self.W(self.emb.weight[n.word]).split(H)
+            i, o, u = i + xi, o + xo, u + xu
+        c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    def forward(self, trees):
+        return torch.stack([self.node(t)[0] for t in trees])

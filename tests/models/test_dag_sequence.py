@@ -10,10 +10,13 @@ from cortex_tvm.linearize import NULL_SLOT, linearize
 def test_grid_dag_shape_and_sharing():
     sink, nodes = grid_dag(3, 4, seed=0, return_nodes=True)
     assert sink is nodes[2][3] and nodes[0][0].is_leaf
-    assert nodes[1][1].children[1:] == [nodes[0][1], nodes[1][0]]          # up, then left
-    assert len(dag_postorder(sink)) == 12 + 11                               # grid nodes + input carriers
-    lin = linearize([sink], 3, allow_shared=True)
-    assert lin.num_slots == 1 + 23 and lin.num_levels == 3 + 4 - 1          # levels = anti-diagonals
+    assert nodes[1][1].children == [nodes[0][1], nodes[1][0]]              # up, then left
+    assert all(n.word is not None for n in dag_postorder(sink))              # a word on every node
+    assert len(dag_postorder(sink)) == 12                                    # no input carriers
+    lin = linearize([sink], 2, allow_shared=True, no_word=100)
+    assert lin.num_slots == 1 + 12 and lin.num_levels == 3 + 4 - 1          # levels = anti-diagonals
+    words = {lin.node_slots[p]: n.word for p, n in enumerate(dag_postorder(sink))}
+    assert all(lin.words[slot] == w for slot, w in words.items())
     # node (1, 1) is computed once: its slot is a child of both (2, 1) and (1, 2)
     order = dag_postorder(sink)
     slot = {id(n): lin.node_slots[p] for p, n in enumerate(order)}
@@ -24,9 +27,11 @@ def test_grid_dag_shape_and_sharing():
 
 def test_tree_mode_still_rejects_shared_even_after_dag_mode():
     sink = grid_dag(2, 2)
-    linearize([sink], 3, allow_shared=True)                  # caches the DAG's flat form
+    linearize([sink], 2, allow_shared=True, no_word=100)     # caches the DAG's flat form
     with pytest.raises(ValueError, match="shared"):
-        linearize([sink], 3)
+        linearize([sink], 2, no_word=100)
+    with pytest.raises(ValueError, match="reads words only at leaves"):
+        linearize([sink], 2, allow_shared=True)
 
 
 def test_cycle_rejected_in_both_modes():
@@ -41,10 +46,10 @@ def test_cycle_rejected_in_both_modes():
 
 
 def test_dag_errors_name_the_structure():
-    with pytest.raises(ValueError, match="tree 1: .*more than max_children=2"):
-        linearize([grid_dag(1, 1), grid_dag(2, 2)], 2, allow_shared=True)
+    with pytest.raises(ValueError, match="tree 1: .*more than max_children=1"):
+        linearize([grid_dag(1, 1), grid_dag(2, 2)], 1, allow_shared=True, no_word=100)
     with pytest.raises(ValueError, match="tree 0: word id 7 is outside the vocabulary"):
-        linearize([grid_dag(1, 2, words=np.array([[0, 7]]))], 3, allow_shared=True, vocab_size=5)
+        linearize([grid_dag(1, 2, words=np.array([[0, 7]]))], 2, allow_shared=True, vocab_size=5, no_word=5)
 
 
 def test_trees_identical_in_both_modes():
@@ -72,15 +77,17 @@ def test_dag_spec():
 
 def test_sequence_chain_levels_are_positions():
     seqs = sequences([[1, 2, 3, 4], [5], [6, 7]])
-    lin = linearize(seqs, 2)
+    lin = linearize(seqs, 1, no_word=10)
     assert lin.num_levels == 4
-    assert np.diff(lin.level_offsets).tolist() == [3 + 4, 2, 1, 1]     # level 0: 3 first elements + 4 carriers
+    assert np.diff(lin.level_offsets).tolist() == [3, 2, 1, 1]         # level t: the elements t+1, no carriers
+    assert lin.words[lin.level_offsets[0]:lin.level_offsets[1]].tolist() == [1, 5, 6]
+    assert lin.words[lin.level_offsets[1]:lin.level_offsets[2]].tolist() == [2, 7]
     s = sequence([9, 8, 7])
-    assert [n.word for n in ct.data.postorder(s) if n.is_leaf] == [7, 8, 9]
-    assert s.children[0].word == 7 and s.children[1].children[0].word == 8
+    assert [n.word for n in ct.data.postorder(s)] == [9, 8, 7]
+    assert s.word == 7 and s.children[0].word == 8 and s.children[0].children[0].word == 9
     order = ct.data.postorder(s)
+    assert sequence_positions(3).tolist() == [0, 1, 2]
     assert [order[p] for p in sequence_positions(3)][-1] is s
-    assert order[sequence_positions(3)[0]].word == 9
 
 
 def test_sequence_validation_and_depth():
@@ -89,4 +96,4 @@ def test_sequence_validation_and_depth():
     with pytest.raises(TypeError, match="ints"):
         sequence([1, "a"])
     deep = sequence(list(range(3000)))
-    assert linearize([deep], 2).num_levels == 3000
+    assert linearize([deep], 1, no_word=3000).num_levels == 3000

@@ -51,8 +51,9 @@ def _word_lists(count, seed, max_len=25):
 def _dags():
     """Grid DAGs of several sizes plus a diamond whose shared node is listed twice by one parent."""
     src = Node(word=3)
-    mid = Node(children=[Node(word=4), src])
-    diamond = Node(children=[Node(word=5), mid, mid, Node(children=[Node(word=6), src])])
+    mid = Node(word=4, children=[src])
+    no_word = Node(children=[src])                       # x = 0 at a DAG node without a word
+    diamond = Node(word=5, children=[mid, mid, no_word])
     return [ct.data.grid_dag(4, 5, seed=1, vocab_size=V), ct.data.grid_dag(1, 1, seed=2, vocab_size=V),
             ct.data.grid_dag(2, 7, seed=3, vocab_size=V), ct.data.grid_dag(6, 3, seed=4, vocab_size=V), diamond]
 

@@ -125,9 +125,18 @@ class Model:
         """A schedule of this model's program, built with its current weights (`RecSchedule.build`)."""
         return build_schedule(self, rs, target)
 
+    #: whether the model reads words on inner nodes (x = 0 at a node without a word)
+    reads_inner_words = False
+
+    @property
+    def no_word(self):
+        """What `lin.words` holds at a node without a word: vocab_bound for models that read
+        words on inner nodes (their node input is `optional`), None otherwise."""
+        return self.vocab_bound if self.reads_inner_words else None
+
     def linearize(self, trees, pad=1) -> _linearize.Linearized:
         return _linearize.linearize(trees, self.max_children, pad=pad, vocab_size=self.vocab_bound,
-                                    allow_shared=self.program.spec.kind == "dag")
+                                    allow_shared=self.program.spec.kind == "dag", no_word=self.no_word)
 
     def reference(self, trees) -> np.ndarray:
         """Root states from the numpy level-batched executor (the demo's baseline)."""

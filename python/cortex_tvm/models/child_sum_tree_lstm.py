@@ -16,9 +16,12 @@ class ChildSumTreeLSTM(Model):
     `emb (V, E)`; `W_iou (3H, E)`, `b_iou (3H,)`; `U_iou (3H, H)`, `bU_iou (3H,)`
     (rows [i; o; u]); `W_f (H, E)`, `b_f (H,)`; `U_f (H, H)`, `bU_f (H,)`.
 
-    A node's input x is emb[word] at a leaf and 0 at an internal node (a
-    `data.Node` holds a word XOR children), so `W_f` never acts (it is kept
-    for state_dict compatibility), and the biases always do.  With
+    A node's input x is emb[word] at every node that has a word and 0 at a
+    node without one (`Node(word=w, children=[...])` puts a word on an inner
+    node): on dependency trees (`data.load_conllu`) this is Tai et al.'s
+    Dependency Tree-LSTM.  The biases always act.  `inner_words=False` builds
+    the cheaper program of constituency trees (x only at leaves, `W_f` unused;
+    a word on an inner node is then a ValueError).  With
     h~ = sum_k h_k over the children (0 at a leaf), s = sigmoid:
       i, o, u = s/s/tanh(W_iou x + b_iou + U_iou h~ + bU_iou)
       f_k = s(W_f x + b_f + U_f h_k + bU_f)           (per child k)
@@ -33,7 +36,10 @@ class ChildSumTreeLSTM(Model):
                "fh.weight": "U_f", "fh.bias": "bU_f"}
 
     def __init__(self, hidden_size: int, vocab_size: int, max_children: int = 4,
-                 embed_size: int | None = None, seed: int = 0):
+                 embed_size: int | None = None, seed: int = 0, inner_words: bool = True):
+        if not isinstance(inner_words, bool):
+            raise TypeError(f"inner_words must be a bool, got {type(inner_words).__name__}")
+        self.reads_inner_words = inner_words
         embed_size = hidden_size if embed_size is None else embed_size
         check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size,
                      max_children=max_children)
@@ -53,7 +59,7 @@ class ChildSumTreeLSTM(Model):
     def build_program(self):
         H, V, E, K = self.hidden_size, self.vocab_size, self.embed_size, self._max_children
         tree, n, s, tanh, child = ra.Tree(max_children=K), ra.node(), ra.sigmoid, ra.tanh, ra.child
-        word = ra.node_input("word", bound=V)
+        word = ra.node_input("word", bound=V, optional=self.reads_inner_words)
         emb = ra.weight("emb", (V, E))
         W_iou, b_iou = ra.weight("W_iou", (3 * H, E)), ra.weight("b_iou", (3 * H,))
         U_iou, bU_iou = ra.weight("U_iou", (3 * H, H)), ra.weight("bU_iou", (3 * H,))
@@ -61,24 +67,40 @@ class ChildSumTreeLSTM(Model):
         h, c = ra.rec_placeholder("h", (H,)), ra.rec_placeholder("c", (H,))
 
         e = ra.reduce_axis(E, "e")
-        iou = ra.compute((3 * H,), lambda r: ra.sum(W_iou[r, e] * emb[word[n], e], e) + b_iou[r] + bU_iou[r],
+        # word.index: in range even where an inner node without a word holds the marker
+        iou = ra.compute((3 * H,), lambda r: ra.sum(W_iou[r, e] * emb[word.index(n), e], e) + b_iou[r] + bU_iou[r],
                          name="leaf_gates")
         leaf_c = ra.compute((H,), lambda i: s(iou[i]) * tanh(iou[2 * H + i]), name="leaf_c")
         leaf_h = ra.compute((H,), lambda i: s(iou[H + i]) * tanh(leaf_c[i]), name="leaf_h")
 
         j = ra.reduce_axis(K, "j")
         h_sum = ra.compute((H,), lambda k: ra.sum(h[child(n, j), k], j), name="h_sum")
+        x_iou, x_f = self._inner_inputs(word, emb, W_iou) if self.reads_inner_words else (None, None)
         k = ra.reduce_axis(H, "k")
-        gates = ra.compute((3 * H,), lambda r: ra.sum(U_iou[r, k] * h_sum[k], k) + b_iou[r] + bU_iou[r],
-                           name="gates")
+        def with_x(value, x_term, i):          # the same expression as before when x is never read
+            return value if x_term is None else value + x_term[i]
+
+        gates = ra.compute((3 * H,), lambda r: with_x(ra.sum(U_iou[r, k] * h_sum[k], k) + b_iou[r] + bU_iou[r],
+                                                      x_iou, r), name="gates")
         k2 = ra.reduce_axis(H, "k2")
-        forget = ra.compute((K, H), lambda q, i: s(ra.sum(U_f[i, k2] * h[child(n, q), k2], k2) + bU_f[i] + b_f[i]),
-                            name="forget")
+        forget = ra.compute((K, H), lambda q, i: s(with_x(ra.sum(U_f[i, k2] * h[child(n, q), k2], k2)
+                                                          + bU_f[i] + b_f[i], x_f, i)), name="forget")
         j2 = ra.reduce_axis(K, "j2")
         internal_c = ra.compute((H,), lambda i: s(gates[i]) * tanh(gates[2 * H + i])
                                 + ra.sum(forget[j2, i] * c[child(n, j2), i], j2), name="internal_c")
         internal_h = ra.compute((H,), lambda i: s(gates[H + i]) * tanh(internal_c[i]), name="internal_h")
         return ra.rec_compute(tree, {h: (leaf_h, internal_h), c: (leaf_c, internal_c)})
+
+    def _inner_inputs(self, word, emb, W_iou):
+        """W_iou x and W_f x at an inner node, x = emb[word] where it has a word, else 0."""
+        H, E, n = self.hidden_size, self.embed_size, ra.node()
+        W_f = ra.weight("W_f", (H, E))
+        x = ra.compute((E,), lambda e: ra.if_then_else(word.present(n), emb[word.index(n), e], ra.zero()),
+                       name="inner_x")
+        e1, e2 = ra.reduce_axis(E, "e1"), ra.reduce_axis(E, "e2")
+        x_iou = ra.compute((3 * H,), lambda r: ra.sum(W_iou[r, e1] * x[e1], e1), name="input_iou")
+        x_f = ra.compute((H,), lambda i: ra.sum(W_f[i, e2] * x[e2], e2), name="input_f")
+        return x_iou, x_f
 
     def numpy_forward(self, lin):
         w, H = self.weights, self.hidden_size
@@ -86,14 +108,17 @@ class ChildSumTreeLSTM(Model):
         c = np.zeros((lin.num_slots, H), np.float32)
         lo = lin.level_offsets
         bias = w["b_iou"] + w["bU_iou"]
-        g = w["emb"][lin.words[lo[0]:lo[1]]] @ w["W_iou"].T + bias
+        # without inner words, inner nodes hold word 0 and must read x = 0
+        present = lin.num_children == 0 if self.no_word is None else lin.words != self.no_word
+        x = w["emb"][np.where(present, lin.words, 0)] * present[:, None]      # x = 0 without a word
+        g = x[lo[0]:lo[1]] @ w["W_iou"].T + bias
         c[lo[0]:lo[1]] = sigmoid(g[:, :H]) * np.tanh(g[:, 2 * H:])
         h[lo[0]:lo[1]] = sigmoid(g[:, H:2 * H]) * np.tanh(c[lo[0]:lo[1]])
         for start, end in zip(lo[1:-1], lo[2:]):
             kids = lin.children[start:end]                     # (m, K), null slot 0 where absent
             hk, ck = h[kids], c[kids]                          # (m, K, H)
-            g = hk.sum(1) @ w["U_iou"].T + bias
-            f = sigmoid(hk @ w["U_f"].T + w["bU_f"] + w["b_f"])
+            g = hk.sum(1) @ w["U_iou"].T + bias + x[start:end] @ w["W_iou"].T
+            f = sigmoid(hk @ w["U_f"].T + w["bU_f"] + w["b_f"] + (x[start:end] @ w["W_f"].T)[:, None])
             c[start:end] = sigmoid(g[:, :H]) * np.tanh(g[:, 2 * H:]) + (f * ck).sum(1)
             h[start:end] = sigmoid(g[:, H:2 * H]) * np.tanh(c[start:end])
         return [h, c]
@@ -101,4 +126,5 @@ class ChildSumTreeLSTM(Model):
     def flops(self, lin):
         H, E, K = self.hidden_size, self.embed_size, self._max_children
         leaves, internal = count_leaves_internal(lin)
-        return 2.0 * 3 * H * E * leaves + 2.0 * (3 * H * H + K * H * H) * internal
+        inner_x = 2.0 * 4 * H * E * internal if self.reads_inner_words else 0.0
+        return 2.0 * 3 * H * E * leaves + 2.0 * (3 * H * H + K * H * H) * internal + inner_x

@@ -14,17 +14,17 @@ class DAGRNN(Model):
     Weights (float32, nn.Linear convention y = W x + b), E = embed size (H unless given):
     `emb (V, E)` input features, `Wx (H, E)`, `b (H,)`, `U (H, H)` (no bias).
 
-    Structures are DAGs (`data.grid_dag`): a node with predecessors is
-    `Node(children=[Node(word=x), *preds])` (child 0 carries its input x =
-    emb[word], at most `max_predecessors` preds), a node without predecessors
-    is the leaf `Node(word=x)`, h = tanh(Wx x + b).  A node with several
-    successors is computed once (`linearize(..., allow_shared=True)`).
-    Carrier leaves compute tanh(Wx x + b) too; `all_nodes=True` lists them
-    with the DAG nodes in `data.dag_postorder` order.
+    Structures are DAGs (`data.grid_dag`): a node is `Node(word=x,
+    children=preds)` with x = emb[word] (0 for a node without a word) and at
+    most `max_predecessors` predecessors; a node without predecessors is the
+    leaf `Node(word=x)`, h = tanh(Wx x + b).  A node with several successors
+    is computed once (`linearize(..., allow_shared=True)`); `all_nodes=True`
+    lists the nodes in `data.dag_postorder` order.
     PyTorch names (`aliases`): emb.weight, Wx.weight, Wx.bias, U.weight.
     """
 
     aliases = {"emb.weight": "emb", "Wx.weight": "Wx", "Wx.bias": "b", "U.weight": "U"}
+    reads_inner_words = True
 
     def __init__(self, hidden_size: int, vocab_size: int, max_predecessors: int = 2,
                  embed_size: int | None = None, seed: int = 0):
@@ -41,17 +41,19 @@ class DAGRNN(Model):
 
     def build_program(self):
         H, V, E, P = self.hidden_size, self.vocab_size, self.embed_size, self.max_predecessors
-        dag, n, child = ra.DAG(max_children=P + 1), ra.node(), ra.child
-        word = ra.node_input("word", bound=V)
+        dag, n, child = ra.DAG(max_children=P), ra.node(), ra.child
+        word = ra.node_input("word", bound=V, optional=True)
         emb, Wx, b, U = ra.weight("emb", (V, E)), ra.weight("Wx", (H, E)), ra.weight("b", (H,)), ra.weight("U", (H, H))
         h = ra.rec_placeholder("h", (H,))
 
         e = ra.reduce_axis(E, "e")
-        leaf_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, e] * emb[word[n], e], e) + b[i]), name="leaf_h")
+        leaf_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, e] * emb[word.index(n), e], e) + b[i]), name="leaf_h")
         j = ra.reduce_axis(P, "j")
-        pred_sum = ra.compute((H,), lambda k: ra.sum(h[child(n, j + 1), k], j), name="pred_sum")
+        pred_sum = ra.compute((H,), lambda k: ra.sum(h[child(n, j), k], j), name="pred_sum")
+        x = ra.compute((E,), lambda e: ra.if_then_else(word.present(n), emb[word.index(n), e], ra.zero()),
+                       name="inner_x")
         e2, k = ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
-        internal_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, e2] * emb[word[child(n, 0)], e2], e2)
+        internal_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, e2] * x[e2], e2)
                                                         + ra.sum(U[i, k] * pred_sum[k], k) + b[i]),
                                 name="internal_h")
         return ra.rec_compute(dag, {h: (leaf_h, internal_h)})
@@ -62,9 +64,10 @@ class DAGRNN(Model):
         lo = lin.level_offsets
         h[lo[0]:lo[1]] = np.tanh(w["emb"][lin.words[lo[0]:lo[1]]] @ w["Wx"].T + w["b"])
         for start, end in zip(lo[1:-1], lo[2:]):
-            kids = lin.children[start:end]
-            x = w["emb"][lin.words[kids[:, 0]]]
-            h[start:end] = np.tanh(x @ w["Wx"].T + h[kids[:, 1:]].sum(1) @ w["U"].T + w["b"])
+            words = lin.words[start:end]
+            present = words != self.no_word
+            x = w["emb"][np.where(present, words, 0)] * present[:, None]
+            h[start:end] = np.tanh(x @ w["Wx"].T + h[lin.children[start:end]].sum(1) @ w["U"].T + w["b"])
         return [h]
 
     def flops(self, lin):

@@ -1,14 +1,12 @@
 """Sequence LSTM and GRU (PyTorch's nn.LSTM / nn.GRU cells) over chains.
 
-A sequence x_1..x_T is a degenerate tree (`data.sequence`): element 1 is the
-leaf `Node(word=x_1)`, element t > 1 is `Node(children=[Node(word=x_t),
-element t-1])`: child 0 carries the input, child 1 is the previous element.
+A sequence x_1..x_T is a chain (`data.sequence`): element 1 is the leaf
+`Node(word=x_1)`, element t > 1 is `Node(word=x_t, children=[element t-1])`.
 Levels are positions, so a batch of sequences of different lengths is
 computed position by position.  The leaf equations are the cell from a zero
-state; input carriers are leaves too (computed, not used by their parents,
-which read only their word).  The compiled model returns h of the last
-element of each sequence (PyTorch's h_n); `all_nodes=True` lists every
-node, `data.sequence_positions(T)` picks the elements out.
+state; an element without a word reads x = 0.  The compiled model returns h
+of the last element of each sequence (PyTorch's h_n); `all_nodes=True`
+lists the elements in order.
 """
 from __future__ import annotations
 
@@ -30,6 +28,7 @@ def _rnn_aliases(module):
 
 class _SeqModel(WordModel):
     gates = 0
+    reads_inner_words = True
 
     def weight_shapes(self):
         H, V, E, G = self.hidden_size, self.vocab_size, self.embed_size, self.gates
@@ -37,8 +36,19 @@ class _SeqModel(WordModel):
 
     def _inputs(self):
         H, V, E, G = self.hidden_size, self.vocab_size, self.embed_size, self.gates
-        return (ra.node_input("word", bound=V), ra.weight("emb", (V, E)), ra.weight("W_ih", (G * H, E)),
+        return (ra.node_input("word", bound=V, optional=True), ra.weight("emb", (V, E)), ra.weight("W_ih", (G * H, E)),
                 ra.weight("W_hh", (G * H, H)), ra.weight("b_ih", (G * H,)), ra.weight("b_hh", (G * H,)))
+
+    def _input(self, word, emb):
+        """x at an inner element: emb[word], or 0 where the element has no word."""
+        n = ra.node()
+        return ra.compute((self.embed_size,), lambda e: ra.if_then_else(word.present(n), emb[word.index(n), e],
+                                                                        ra.zero()), name="inner_x")
+
+    def _numpy_inputs(self, lin, start, end):
+        words = lin.words[start:end]
+        present = words != self.no_word
+        return self.weights["emb"][np.where(present, words, 0)] * present[:, None]
 
     def flops(self, lin):
         H, E, G = self.hidden_size, self.embed_size, self.gates
@@ -60,22 +70,22 @@ class SeqLSTM(_SeqModel):
 
     def build_program(self):
         H, E = self.hidden_size, self.embed_size
-        chain, n, s, tanh, child = ra.Tree(max_children=2), ra.node(), ra.sigmoid, ra.tanh, ra.child
+        chain, n, s, tanh, child = ra.Tree(max_children=1), ra.node(), ra.sigmoid, ra.tanh, ra.child
         word, emb, W_ih, W_hh, b_ih, b_hh = self._inputs()
         h, c = ra.rec_placeholder("h", (H,)), ra.rec_placeholder("c", (H,))
 
         e = ra.reduce_axis(E, "e")
-        lg = ra.compute((4 * H,), lambda r: ra.sum(W_ih[r, e] * emb[word[n], e], e) + b_ih[r] + b_hh[r],
+        lg = ra.compute((4 * H,), lambda r: ra.sum(W_ih[r, e] * emb[word.index(n), e], e) + b_ih[r] + b_hh[r],
                         name="leaf_gates")
         leaf_c = ra.compute((H,), lambda i: s(lg[i]) * tanh(lg[2 * H + i]), name="leaf_c")
         leaf_h = ra.compute((H,), lambda i: s(lg[3 * H + i]) * tanh(leaf_c[i]), name="leaf_h")
 
-        e2, k = ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
+        x, e2, k = self._input(word, emb), ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
         # two computes, one reduction each (see the report on `auto` + two sums in one compute)
-        gi = ra.compute((4 * H,), lambda r: ra.sum(W_ih[r, e2] * emb[word[child(n, 0)], e2], e2) + b_ih[r],
+        gi = ra.compute((4 * H,), lambda r: ra.sum(W_ih[r, e2] * x[e2], e2) + b_ih[r],
                         name="input_gates")
-        gh = ra.compute((4 * H,), lambda r: ra.sum(W_hh[r, k] * h[child(n, 1), k], k) + b_hh[r], name="hidden_gates")
-        internal_c = ra.compute((H,), lambda i: s(gi[H + i] + gh[H + i]) * c[child(n, 1), i]
+        gh = ra.compute((4 * H,), lambda r: ra.sum(W_hh[r, k] * h[child(n, 0), k], k) + b_hh[r], name="hidden_gates")
+        internal_c = ra.compute((H,), lambda i: s(gi[H + i] + gh[H + i]) * c[child(n, 0), i]
                                 + s(gi[i] + gh[i]) * tanh(gi[2 * H + i] + gh[2 * H + i]), name="internal_c")
         internal_h = ra.compute((H,), lambda i: s(gi[3 * H + i] + gh[3 * H + i]) * tanh(internal_c[i]),
                                 name="internal_h")
@@ -89,11 +99,11 @@ class SeqLSTM(_SeqModel):
         bias = w["b_ih"] + w["b_hh"]
         for start, end in zip(lo[:-1], lo[1:]):
             if start == lo[0]:
-                words, hp, cp = lin.words[start:end], np.zeros((end - start, H), np.float32), 0.0
+                hp, cp = np.zeros((end - start, H), np.float32), 0.0
             else:
                 kids = lin.children[start:end]
-                words, hp, cp = lin.words[kids[:, 0]], h[kids[:, 1]], c[kids[:, 1]]
-            g = w["emb"][words] @ w["W_ih"].T + hp @ w["W_hh"].T + bias
+                hp, cp = h[kids[:, 0]], c[kids[:, 0]]
+            g = self._numpy_inputs(lin, start, end) @ w["W_ih"].T + hp @ w["W_hh"].T + bias
             c[start:end] = sigmoid(g[:, H:2 * H]) * cp + sigmoid(g[:, :H]) * np.tanh(g[:, 2 * H:3 * H])
             h[start:end] = sigmoid(g[:, 3 * H:]) * np.tanh(c[start:end])
         return [h, c]
@@ -113,22 +123,22 @@ class SeqGRU(_SeqModel):
 
     def build_program(self):
         H, E = self.hidden_size, self.embed_size
-        chain, n, s, tanh, child = ra.Tree(max_children=2), ra.node(), ra.sigmoid, ra.tanh, ra.child
+        chain, n, s, tanh, child = ra.Tree(max_children=1), ra.node(), ra.sigmoid, ra.tanh, ra.child
         word, emb, W_ih, W_hh, b_ih, b_hh = self._inputs()
         h = ra.rec_placeholder("h", (H,))
 
         e = ra.reduce_axis(E, "e")
-        lgi = ra.compute((3 * H,), lambda r: ra.sum(W_ih[r, e] * emb[word[n], e], e) + b_ih[r], name="leaf_gates")
+        lgi = ra.compute((3 * H,), lambda r: ra.sum(W_ih[r, e] * emb[word.index(n), e], e) + b_ih[r], name="leaf_gates")
         leaf_h = ra.compute((H,), lambda i: (1.0 - s(lgi[H + i] + b_hh[H + i]))
                             * tanh(lgi[2 * H + i] + s(lgi[i] + b_hh[i]) * b_hh[2 * H + i]), name="leaf_h")
 
-        e2, k = ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
-        gi = ra.compute((3 * H,), lambda r: ra.sum(W_ih[r, e2] * emb[word[child(n, 0)], e2], e2) + b_ih[r],
+        x, e2, k = self._input(word, emb), ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
+        gi = ra.compute((3 * H,), lambda r: ra.sum(W_ih[r, e2] * x[e2], e2) + b_ih[r],
                         name="input_gates")
-        gh = ra.compute((3 * H,), lambda r: ra.sum(W_hh[r, k] * h[child(n, 1), k], k) + b_hh[r], name="hidden_gates")
+        gh = ra.compute((3 * H,), lambda r: ra.sum(W_hh[r, k] * h[child(n, 0), k], k) + b_hh[r], name="hidden_gates")
         internal_h = ra.compute(
             (H,), lambda i: (1.0 - s(gi[H + i] + gh[H + i])) * tanh(gi[2 * H + i] + s(gi[i] + gh[i]) * gh[2 * H + i])
-            + s(gi[H + i] + gh[H + i]) * h[child(n, 1), i], name="internal_h")
+            + s(gi[H + i] + gh[H + i]) * h[child(n, 0), i], name="internal_h")
         return ra.rec_compute(chain, {h: (leaf_h, internal_h)})
 
     def numpy_forward(self, lin):
@@ -137,11 +147,10 @@ class SeqGRU(_SeqModel):
         lo = lin.level_offsets
         for start, end in zip(lo[:-1], lo[1:]):
             if start == lo[0]:
-                words, hp = lin.words[start:end], np.zeros((end - start, H), np.float32)
+                hp = np.zeros((end - start, H), np.float32)
             else:
-                kids = lin.children[start:end]
-                words, hp = lin.words[kids[:, 0]], h[kids[:, 1]]
-            gi = w["emb"][words] @ w["W_ih"].T + w["b_ih"]
+                hp = h[lin.children[start:end, 0]]
+            gi = self._numpy_inputs(lin, start, end) @ w["W_ih"].T + w["b_ih"]
             gh = hp @ w["W_hh"].T + w["b_hh"]
             r, z = sigmoid(gi[:, :H] + gh[:, :H]), sigmoid(gi[:, H:2 * H] + gh[:, H:2 * H])
             h[start:end] = (1 - z) * np.tanh(gi[:, 2 * H:] + r * gh[:, 2 * H:]) + z * hp

@@ -1,17 +1,14 @@
-"""Structures beyond trees for the model zoo: DAGs, and per-node inputs through input carriers.
+"""Structures beyond trees for the model zoo: DAGs, and words on every node.
 
 ``ra.DAG(max_children)`` is a spec with ``kind="dag"``: a node may be the
 child (predecessor) of several parents and is computed once; the
 linearizer is told so by the spec (``allow_shared=True``).
 
-Input carriers: a ``data.Node`` holds a word XOR children, but sequence and
-DAG models need an input at every element.  An element with predecessors is
-``Node(children=[Node(word=x), *predecessors])``: child 0 is a leaf that
-carries the element's input and the model reads ``word[child(n, 0)]``; an
-element without predecessors is the leaf ``Node(word=x)`` itself.  See
-``data.sequence`` and ``data.grid_dag``.  Carrier leaves are computed with
-the leaf equations like any leaf (their states are not used by their
-parents, which read only their word).
+Sequence and DAG models need an input at every element: an element is
+``Node(word=x, children=predecessors)`` and the model reads ``word[n]`` at
+every node through an optional node input (``ra.node_input(...,
+optional=True)``), x = 0 at a node without a word.  See ``data.sequence``
+and ``data.grid_dag``.
 """
 from __future__ import annotations
 

@@ -16,9 +16,22 @@ class TreeLSTM(WordModel):
 
     Leaf: x = emb[word]; i, o, u = W x + bW; c = s(i) tanh(u); h = s(o) tanh(c).
     Internal: c = s(i) tanh(u) + s(f_l) c_l + s(f_r) c_r; h = s(o) tanh(c).
+
+    `inner_words=True` also reads a word on an inner node (`Node(word=w,
+    children=[...])`): such a node adds its input transform W x + bW to its
+    i, o, u gates (U has no input part for the forget gates); an inner node
+    without a word adds nothing, so it computes exactly as above.  The default
+    (False) keeps the cheaper program and rejects words on inner nodes.
     """
 
     aliases = {"emb.weight": "emb", "W.weight": "W", "W.bias": "bW", "U.weight": "U", "U.bias": "bU"}
+
+    def __init__(self, hidden_size: int, vocab_size: int, embed_size: int | None = None, seed: int = 0,
+                 inner_words: bool = False):
+        if not isinstance(inner_words, bool):
+            raise TypeError(f"inner_words must be a bool, got {type(inner_words).__name__}")
+        self.reads_inner_words = inner_words
+        super().__init__(hidden_size, vocab_size, embed_size, seed)
 
     def weight_shapes(self):
         H, V, E = self.hidden_size, self.vocab_size, self.embed_size
@@ -28,7 +41,7 @@ class TreeLSTM(WordModel):
         H, V, E = self.hidden_size, self.vocab_size, self.embed_size
         tree, n = ra.Tree(max_children=2), ra.node()
         s, tanh, child = ra.sigmoid, ra.tanh, ra.child
-        word = ra.node_input("word", bound=V)
+        word = ra.node_input("word", bound=V, optional=self.reads_inner_words)
         emb, W, bW = ra.weight("emb", (V, E)), ra.weight("W", (3 * H, E)), ra.weight("bW", (3 * H,))
         U, bU = ra.weight("U", (5 * H, 2 * H)), ra.weight("bU", (5 * H,))
         h, c = ra.rec_placeholder("h", (H,)), ra.rec_placeholder("c", (H,))
@@ -36,7 +49,7 @@ class TreeLSTM(WordModel):
         # leaf: [i; o; u] = W emb[word] + bW, as iou[gate, unit]
         LI, LO, LU = range(3)
         e = ra.reduce_axis(E, "e")
-        iou = ra.compute((3, H), lambda g, i: ra.sum(W[g * H + i, e] * emb[word[n], e], e) + bW[g * H + i],
+        iou = ra.compute((3, H), lambda g, i: ra.sum(W[g * H + i, e] * emb[word.index(n), e], e) + bW[g * H + i],
                          name="leaf_gates")
         leaf_c = ra.compute((H,), lambda i: s(iou[LI, i]) * tanh(iou[LU, i]), name="leaf_c")
         leaf_h = ra.compute((H,), lambda i: s(iou[LO, i]) * tanh(leaf_c[i]), name="leaf_h")
@@ -47,10 +60,24 @@ class TreeLSTM(WordModel):
         j, k = ra.reduce_axis(2, "j"), ra.reduce_axis(H, "k")
         gates = ra.compute((5, H), lambda g, i: ra.sum(U[g * H + i, j * H + k] * h[child(n, j), k], [j, k])
                            + bU[g * H + i], name="gates")
-        internal_c = ra.compute((H,), lambda i: s(gates[I, i]) * tanh(gates[U_, i])
+        if self.reads_inner_words:
+            # W x + bW where the node has a word, else 0 (added to i, o, u)
+            x = ra.compute((E,), lambda e: ra.if_then_else(word.present(n), emb[word.index(n), e], ra.zero()),
+                           name="inner_x")
+            ex = ra.reduce_axis(E, "ex")
+            xw = ra.compute((3, H), lambda g, i: ra.sum(W[g * H + i, ex] * x[ex], ex), name="input_gates")
+            xg = ra.compute((3, H), lambda g, i: ra.if_then_else(word.present(n), xw[g, i] + bW[g * H + i],
+                                                                 ra.zero()), name="input_bias")
+
+            def gate(g, i):
+                return gates[g, i] + xg[{I: LI, O: LO, U_: LU}[g], i]
+        else:
+            def gate(g, i):
+                return gates[g, i]
+        internal_c = ra.compute((H,), lambda i: s(gate(I, i)) * tanh(gate(U_, i))
                                 + s(gates[FL, i]) * c[child(n, 0), i] + s(gates[FR, i]) * c[child(n, 1), i],
                                 name="internal_c")
-        internal_h = ra.compute((H,), lambda i: s(gates[O, i]) * tanh(internal_c[i]), name="internal_h")
+        internal_h = ra.compute((H,), lambda i: s(gate(O, i)) * tanh(internal_c[i]), name="internal_h")
         return ra.rec_compute(tree, {h: (leaf_h, internal_h), c: (leaf_c, internal_c)})
 
     def numpy_forward(self, lin):
@@ -66,6 +93,12 @@ class TreeLSTM(WordModel):
             kids = lin.children[start:end]
             x = np.concatenate([h[kids[:, 0]], h[kids[:, 1]]], axis=1)
             g = x @ w["U"].T + w["bU"]
+            if self.no_word is not None:
+                words = lin.words[start:end]
+                present = words != self.no_word
+                xg = (w["emb"][np.where(present, words, 0)] @ w["W"].T + w["bW"]) * present[:, None]
+                for q, p in ((0, 0), (3, 1), (4, 2)):            # i, o, u get W x + bW
+                    g[:, q * H:(q + 1) * H] += xg[:, p * H:(p + 1) * H]
             i, fl, fr, o, u = (g[:, q * H:(q + 1) * H] for q in range(5))
             c[start:end] = sigmoid(i) * np.tanh(u) + sigmoid(fl) * c[kids[:, 0]] + sigmoid(fr) * c[kids[:, 1]]
             h[start:end] = sigmoid(o) * np.tanh(c[start:end])

@@ -1,0 +1,148 @@
+"""Checks that make loading an exported model safe: file digests and the CPU's instruction sets.
+
+A damaged ``lib.so`` is mapped into the process by the dynamic loader and
+kills it (SIGBUS on a truncated file), and a library compiled for
+instructions the CPU lacks dies with SIGILL at the first call.  Neither can
+be caught once it happens, so ``cortex_tvm.load`` checks everything here
+before it touches the library: each file's size and sha256 as recorded at
+export, the digest of meta.json itself, and the instruction-set extensions
+the code was compiled for against the ones this CPU has.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+__all__ = ["file_digest", "seal", "check_seal", "check_files", "target_cpu", "check_cpu", "host_isa"]
+
+#: LLVM x86 feature name -> /proc/cpuinfo flag, for the instruction-set extensions (LLVM's lists
+#: also hold tuning hints such as "slow-3ops-lea" that no CPU reports: those are not compared)
+X86_ISA = {
+    "sse": "sse", "sse2": "sse2", "sse3": "pni", "ssse3": "ssse3", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
+    "sse4a": "sse4a", "avx": "avx", "avx2": "avx2", "fma": "fma", "fma4": "fma4", "xop": "xop",
+    "f16c": "f16c", "bmi": "bmi1", "bmi2": "bmi2", "lzcnt": "abm", "popcnt": "popcnt", "movbe": "movbe",
+    "aes": "aes", "pclmul": "pclmulqdq", "vaes": "vaes", "vpclmulqdq": "vpclmulqdq", "gfni": "gfni",
+    "sha": "sha_ni", "adx": "adx", "cx16": "cx16", "avxvnni": "avx_vnni", "rdrnd": "rdrand",
+    "rdseed": "rdseed",
+    "avx512f": "avx512f", "avx512cd": "avx512cd", "avx512bw": "avx512bw", "avx512dq": "avx512dq",
+    "avx512vl": "avx512vl", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi",
+    "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512bitalg": "avx512_bitalg",
+    "avx512vpopcntdq": "avx512_vpopcntdq", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
+    "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16",
+}
+
+
+# ----------------------------------------------------------------------------- files
+def file_digest(path) -> dict:
+    """{"size": bytes, "sha256": hex} of the file at `path`."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            size += len(chunk)
+    return {"size": size, "sha256": digest.hexdigest()}
+
+
+def _meta_digest(meta: dict) -> str:
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def seal(meta: dict) -> dict:
+    """`meta` with "meta_sha256": the digest of everything else in it (an edited meta.json shows)."""
+    return {**meta, "meta_sha256": _meta_digest(meta)}
+
+
+def check_seal(meta: dict, meta_path) -> None:
+    """ValueError unless meta.json is exactly what export wrote."""
+    if meta.get("meta_sha256") != _meta_digest(meta):
+        raise ValueError(f"load: {meta_path} was altered after export (its content does not match its "
+                         "recorded sha256); export the model again")
+
+
+def check_files(directory, files: dict) -> None:
+    """ValueError naming the first file of an export that is missing, truncated or altered."""
+    if not isinstance(files, dict) or not files:
+        raise ValueError(f"load: {os.path.join(directory, 'meta.json')} records no file digests")
+    for name, want in files.items():
+        path = os.path.join(directory, name)
+        if os.path.basename(name) != name:
+            raise ValueError(f"load: meta.json names a file outside the export directory: {name!r}")
+        if not os.path.isfile(path):
+            raise ValueError(f"load: {path} is missing")
+        got = file_digest(path)
+        if got["size"] != want.get("size"):
+            raise ValueError(f"load: {path} is damaged: {got['size']} bytes, export wrote {want.get('size')} "
+                             "(truncated or overwritten); export the model again")
+        if got["sha256"] != want.get("sha256"):
+            raise ValueError(f"load: {path} is damaged: its sha256 differs from the one recorded at export; "
+                             "export the model again")
+
+
+# ----------------------------------------------------------------------------- CPU
+def _llvm_target(target):
+    """The LLVM target whose code runs on the CPU: the target itself, or a GPU target's host."""
+    if target.kind.name == "llvm":
+        return target
+    host = getattr(target, "host", None)
+    return host if host is not None and host.kind.name == "llvm" else None
+
+
+def target_cpu(target) -> dict:
+    """What the CPU code of `target` was compiled for: triple, mcpu, mattr and LLVM's feature list."""
+    from tvm.target import codegen
+
+    llvm = _llvm_target(target)
+    if llvm is None:
+        return {"triple": None, "mcpu": None, "mattr": [], "features": []}
+    attrs = llvm.export()
+    triple = attrs.get("mtriple") or codegen.llvm_get_system_triple()
+    return {"triple": str(triple), "mcpu": attrs.get("mcpu"), "mattr": [str(a) for a in attrs.get("mattr", ())],
+            "features": sorted(str(f) for f in codegen.llvm_get_cpu_features(llvm))}
+
+
+def _arch(triple) -> str:
+    return str(triple).split("-", 1)[0]
+
+
+def host_isa() -> set:
+    """Instruction-set extensions (LLVM names) this CPU has: from /proc/cpuinfo where it exists,
+    else LLVM's feature list for the detected CPU model."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return {name for name, flag in X86_ISA.items() if flag in flags}
+    except OSError:
+        pass
+    from tvm.target import Target, codegen
+    cpu = Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
+    return {str(f) for f in codegen.llvm_get_cpu_features(cpu)} & set(X86_ISA)
+
+
+def check_cpu(recorded: dict, lib_path, host_features=None) -> None:
+    """ValueError unless this CPU can run code compiled for `recorded` (see `target_cpu`).
+
+    host_features: the host's instruction-set extensions (default: `host_isa()`).
+    """
+    from tvm.target import codegen
+
+    if not isinstance(recorded, dict) or recorded.get("triple") is None:
+        return                                  # no CPU code recorded (nothing to check)
+    here = codegen.llvm_get_system_triple()
+    if _arch(recorded["triple"]) != _arch(here):
+        raise ValueError(f"load: {lib_path} was compiled for {_arch(recorded['triple'])} "
+                         f"({recorded['triple']}), this machine is {_arch(here)}")
+    if _arch(here) not in ("x86_64", "i386", "i686"):
+        return                                  # feature names below are x86's
+    required = set(recorded.get("features", ())) & set(X86_ISA)
+    have = host_isa() if host_features is None else set(host_features)
+    missing = sorted(required - have)
+    if missing:
+        raise ValueError(f"load: {lib_path} was compiled for CPU features this CPU lacks: "
+                         f"{', '.join(missing)} (built with mcpu={recorded.get('mcpu')!r}, "
+                         f"mattr={recorded.get('mattr')}); recompile on this machine or build for its "
+                         "CPU, e.g. target={'kind': 'llvm', 'mcpu': 'haswell'} for AVX2")
