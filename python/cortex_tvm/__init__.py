@@ -16,7 +16,7 @@ turns trees into the kernel's index arrays.
 """
 from . import data, linearize, models, ra
 from .build import compile_count, make_target
-from .export import load
+from .runtime import load
 from .data import Node, load_ptb
 from .linearize import Linearized
 from .runtime import CompiledModel

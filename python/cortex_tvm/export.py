@@ -26,8 +26,13 @@ import zipfile
 from types import SimpleNamespace
 
 import numpy as np
+import tvm
+from tvm.target import Target
 
-from . import integrity
+from . import integrity, passes, ra
+from .schedule import RuntimePlan
+from .version import __version__
+from .weights import checked_weights
 
 FORMAT = 2      # 2: file digests, meta seal and CPU features (format 1 had none)
 LIB, META, WEIGHTS = "lib.so", "meta.json", "weights.npz"
@@ -53,9 +58,6 @@ def _tuples(value):
 
 def export(compiled, path) -> str:
     """Write `compiled` to the directory `path` (created if needed); returns the path."""
-    import tvm
-    import cortex_tvm
-
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"export: {path!r} exists and is not a directory")
@@ -80,7 +82,9 @@ def export(compiled, path) -> str:
         "max_children": int(program.spec.max_children),
         "kind": program.spec.kind,
         "vocab_bound": compiled._vocab_bound,
-        "versions": {"cortex_tvm": cortex_tvm.__version__, "tvm": tvm.__version__},
+        "versions": {"cortex_tvm": __version__, "tvm": tvm.__version__},
+        # other names for the weights (a PyTorch state_dict's), so load(weights=...) takes them too
+        "aliases": dict(compiled.aliases),
         "cpu": integrity.target_cpu(compiled.target),
     }
     for entry, inp in zip(meta["node_inputs"], lowered.node_inputs):
@@ -122,29 +126,21 @@ def _read_meta(path):
 
 def _given_weights(meta, weights):
     """User weights in the kernel parameters' layout (before packing): validated, float32 copies."""
-    from . import models
-    from .models.base import checked_weights
-
-    aliases = getattr(getattr(models, meta["model"], None), "aliases", {})
+    aliases = meta.get("aliases", {})
     expected = {p["name"]: (p["shape"], p["dtype"]) for p in meta["params"]}
     return checked_weights(weights, expected, aliases, "load")
 
 
-def load(path, weights=None):
-    """A CompiledModel from a directory written by `CompiledModel.export`; compiles nothing.
+def read(path, weights=None) -> dict:
+    """The parts of an exported model, checked (see `integrity`) before the library is mapped:
+    the keyword arguments of `CompiledModel`, plus "model_name".  `runtime.load` builds the
+    CompiledModel from them; this module stays below the runtime.
 
     weights: None (the bundled ones) or a dict name -> numpy array / torch tensor
     with exactly the kernel's parameters (meta.json "params": the model's weight
     names, or for a hoisted schedule the `<state>_table` leaf tables) in the
     model's layout (unpacked; packing is redone here), float32.
     """
-    import tvm
-    from tvm.target import Target
-
-    from . import passes, ra
-    from .runtime import CompiledModel
-    from .schedule import RuntimePlan
-
     path = os.fspath(path)
     meta = _read_meta(path)
     plan_fields = {f.name for f in dataclasses.fields(RuntimePlan)}
@@ -173,8 +169,7 @@ def load(path, weights=None):
         node_inputs=[SimpleNamespace(**i) for i in meta["node_inputs"]],
         uses_num_children=meta["uses_num_children"], specialized=meta["specialized"],
         first_level=1 if meta["specialized"] else 0)
-    compiled = CompiledModel(SimpleNamespace(vocab_bound=meta["vocab_bound"]), lowered, executable,
-                             Target(meta["target"]), plan, arrays, meta["recipe"],
-                             state_shapes=meta.get("visible_state_shapes"))
-    compiled.model_name = meta["model"]
-    return compiled
+    return {"model": SimpleNamespace(vocab_bound=meta["vocab_bound"], aliases=meta.get("aliases", {})),
+            "lowered": lowered, "executable": executable, "target": Target(meta["target"]), "plan": plan,
+            "weights": arrays, "recipe_name": meta["recipe"], "state_shapes": meta.get("visible_state_shapes"),
+            "model_name": meta["model"]}

@@ -5,8 +5,10 @@ import threading
 
 import numpy as np
 
+from . import export as _export
 from . import linearize as _linearize
 from . import passes
+from . import torch_interop
 from .lower import FUNC_NAME
 from .schedule.kernels import LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC
 
@@ -82,8 +84,11 @@ class CompiledModel:
     #: validate a Linearized's index arrays in run() (set by compile(bounds_check=True))
     bounds_check = False
 
-    def __init__(self, model, lowered, executable, target, plan, weights, recipe_name, state_shapes=None):
-        self.model_name = type(model).__name__
+    def __init__(self, model, lowered, executable, target, plan, weights, recipe_name, state_shapes=None,
+                 model_name=None):
+        self.model_name = model_name or type(model).__name__
+        #: other names of the weights (PyTorch's), kept for load(path, weights=state_dict)
+        self.aliases = dict(getattr(model, "aliases", {}))
         self.lowered, self.executable, self.target, self.plan = lowered, executable, target, plan
         self.recipe_name = recipe_name
         self._max_children = lowered.program.spec.max_children
@@ -170,16 +175,24 @@ class CompiledModel:
         no copy); ImportError if torch is not installed.  See `cortex_tvm.torch_interop`.
 
         Example: ``logits = torch.nn.Linear(H, 5)(compiled.as_torch()(trees))``."""
-        from .torch_interop import as_torch
-        return as_torch(self)
+        return torch_interop.as_torch(self)
 
     def export(self, path) -> str:
         """Write the kernel library, weights and everything needed to run it to the directory
         `path`; `cortex_tvm.load(path)` runs it in another process without compiling."""
-        from .export import export
-        return export(self, path)
+        return _export.export(self, path)
 
     def inspect_source(self) -> str:
         """Generated source: CUDA for a GPU target, LLVM IR for the CPU."""
         mod = self.executable.mod
         return (mod.imports[0] if len(mod.imports) else mod).inspect_source()
+
+
+def load(path, weights=None) -> CompiledModel:
+    """A CompiledModel from a directory written by `CompiledModel.export`; compiles nothing.
+
+    Every file is checked against the digests export recorded, and the CPU against the
+    instruction sets the code needs, before the library is loaded: a damaged or foreign
+    export is a ValueError, never a crash.  weights: see `export.read`.
+    """
+    return CompiledModel(**_export.read(path, weights))

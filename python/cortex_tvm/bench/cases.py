@@ -27,8 +27,14 @@ def hidden_for(name: str, hidden: int) -> int:
     return min(hidden, MVRNN_MAX_HIDDEN) if name == "mvrnn" else hidden
 
 
+#: constructor options per bench model: SST parses carry words at leaves only, so the child-sum
+#: cell leaves out its (all-zero) input term at inner nodes
+OPTIONS = {"childsum": {"inner_words": False}}
+
+
 def make_model(name: str, hidden: int, vocab_size: int):
-    return getattr(models, MODEL_CLASSES[name])(hidden_size=hidden_for(name, hidden), vocab_size=vocab_size)
+    return getattr(models, MODEL_CLASSES[name])(hidden_size=hidden_for(name, hidden), vocab_size=vocab_size,
+                                                **OPTIONS.get(name, {}))
 
 
 def structures(name: str, trees: list) -> list:
