@@ -17,37 +17,22 @@ from cortex_tvm.padding import compiled_form
 from cortex_tvm.data import Node
 
 from . import reference_np as ref
+from . import trees as tree_gen
 
 V = 40
 TOL = 2e-4
 
 
 def _sst(count):
-    trees, _ = ct.data.sst_sample()
-
-    def remap(tree):
-        made = {}
-        for n in ct.data.postorder(tree):
-            made[id(n)] = Node(word=n.word % V) if n.is_leaf else Node(children=[made[id(c)] for c in n.children])
-        return made[id(tree)]
-    return [remap(t) for t in trees[:count]]
+    return tree_gen.sst(count, V)
 
 
 def _nary(count, k, seed):
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(count):
-        items = [Node(word=int(w)) for w in rng.integers(0, V, int(rng.integers(1, 20)))]
-        while len(items) > 1:
-            n, i = int(rng.integers(1, k + 1)), int(rng.integers(0, len(items)))
-            items[i:i + n] = [Node(children=items[i:i + n])]
-        out.append(items[0])
-    return out
+    return tree_gen.nary_trees(count, k, seed, V)
 
 
 def _words(count, seed):
-    rng = np.random.default_rng(seed)
-    return [[int(w) for w in rng.integers(0, V, int(rng.integers(1, 15)))] for _ in range(count)]
+    return tree_gen.word_lists(count, seed, V, max_len=15)
 
 
 def _roots(got):

@@ -12,6 +12,7 @@ from cortex_tvm.data import Node, postorder
 
 import reference as tree_ref
 from . import reference_np as ref
+from . import trees as tree_gen
 
 TOL = 1e-4
 V = 40
@@ -19,16 +20,7 @@ V = 40
 
 def _random_dependency_trees(count, max_children, seed, word_prob=0.6):
     """Random n-ary trees whose inner nodes have a word with probability word_prob."""
-    rng = np.random.default_rng(seed)
-    trees = []
-    for _ in range(count):
-        items = [Node(word=int(w)) for w in rng.integers(0, V, int(rng.integers(1, 20)))]
-        while len(items) > 1:
-            k, i = int(rng.integers(1, max_children + 1)), int(rng.integers(0, len(items)))
-            word = int(rng.integers(0, V)) if rng.random() < word_prob else None
-            items[i:i + k] = [Node(word=word, children=items[i:i + k])]
-        trees.append(items[0])
-    return trees
+    return tree_gen.nary_trees(count, max_children, seed, V, word_prob=word_prob)
 
 
 def _torch(name, model):

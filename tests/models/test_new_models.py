@@ -9,43 +9,22 @@ import cortex_tvm as ct
 from cortex_tvm.data import Node, dag_postorder
 
 from . import reference_np as ref
+from . import trees as tree_gen
 
 TOL = 1e-4
 V = 60
 
 
 def _nary_trees(count, max_children, seed):
-    """Random n-ary trees (1..max_children children per internal node) built from Nodes."""
-    rng = np.random.default_rng(seed)
-    trees = []
-    for _ in range(count):
-        items = [Node(word=int(w)) for w in rng.integers(0, V, int(rng.integers(1, 30)))]
-        while len(items) > 1:
-            k, i = int(rng.integers(1, max_children + 1)), int(rng.integers(0, len(items)))
-            items[i:i + k] = [Node(children=items[i:i + k])]
-        trees.append(items[0])
-    return trees
+    return tree_gen.nary_trees(count, max_children, seed, V, max_leaves=30)
 
 
 def _sst(count):
-    trees, vocab = ct.data.sst_sample()
-    # remap SST word ids into a small vocabulary so the embedding tables stay small
-    out = []
-    for t in trees[:count]:
-        out.append(_remap(t))
-    return out
-
-
-def _remap(tree):
-    made = {}
-    for n in ct.data.postorder(tree):
-        made[id(n)] = Node(word=n.word % V) if n.is_leaf else Node(children=[made[id(c)] for c in n.children])
-    return made[id(tree)]
+    return tree_gen.sst(count, V)
 
 
 def _word_lists(count, seed, max_len=25):
-    rng = np.random.default_rng(seed)
-    return [[int(w) for w in rng.integers(0, V, int(rng.integers(1, max_len)))] for _ in range(count)]
+    return tree_gen.word_lists(count, seed, V, max_len)
 
 
 def _dags():

@@ -9,11 +9,12 @@
 """
 
 from .conllu import conllu_sample, load_conllu, parse_conllu
-from .generate import chain_tree, grid_dag, random_trees, sequence, sequence_positions, sequences
+from .generate import chain_tree, fold_words, grid_dag, random_trees, sequence, sequence_positions, sequences
 from .node import Node, _is_int, current_epoch, dag_postorder, postorder
 from .ptb import load_ptb, parse_ptb, sst_sample
 
 __all__ = [
+    "fold_words",
     "Node",
     "current_epoch",
     "postorder",

@@ -17,7 +17,7 @@ import re
 from typing import Optional, Tuple
 
 from .node import Node
-from .ptb import decode
+from .ptb import decode, start_vocab
 
 __all__ = ["parse_conllu", "load_conllu", "conllu_sample"]
 
@@ -70,13 +70,7 @@ def parse_conllu(text: str, vocab: Optional[dict] = None, *, source: str = "CoNL
     DEPREL.  Returns ``(trees, vocab)``.  A malformed line, a HEAD outside the
     sentence, a cycle or two roots raise ValueError naming ``source`` and the line.
     """
-    if not isinstance(text, str):
-        raise TypeError(f"parse_conllu expects str text, got {type(text).__name__}")
-    if vocab is None:
-        vocab = {}
-    elif not isinstance(vocab, dict):
-        raise TypeError(f"vocab must be a dict str -> int, got {type(vocab).__name__}")
-    next_id = max(vocab.values()) + 1 if vocab else 0
+    vocab, next_id = start_vocab("parse_conllu", text, vocab)
 
     def fail(lineno, what):
         raise ValueError(f"{source}, line {lineno}: {what}")

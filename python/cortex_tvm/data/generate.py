@@ -10,7 +10,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from .node import Node, _is_int
+from .node import Node, _is_int, postorder
 
 __all__ = ["random_trees", "chain_tree", "sequence", "sequences", "sequence_positions", "grid_dag"]
 
@@ -135,3 +135,15 @@ def grid_dag(rows: int, cols: int, words=None, seed: int = 0, vocab_size: int = 
             nodes[i][j] = Node(word=w, children=preds) if preds else Node(word=w)
     sink = nodes[rows - 1][cols - 1]
     return (sink, nodes) if return_nodes else sink
+
+
+def fold_words(tree: Node, vocab_size: int) -> Node:
+    """A copy of `tree` with every word id taken modulo `vocab_size` (the same shape, so a large
+    treebank's structures can feed a model with a small vocabulary)."""
+    vocab_size = _check_positive_int("vocab_size", vocab_size, 1)
+    made = {}
+    for n in postorder(tree):
+        word = None if n.word is None else n.word % vocab_size
+        made[id(n)] = Node(word=word) if n.is_leaf else Node(word=word, children=[made[id(c)] for c in n.children])
+    return made[id(tree)]
+

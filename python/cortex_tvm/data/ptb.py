@@ -60,6 +60,18 @@ def _collapsed(node: Node) -> Node:
     return Node(word=bottom.word, children=bottom.children, label=label)
 
 
+def start_vocab(who: str, text, vocab) -> tuple:
+    """(vocab, next free id) for a reader that adds words to `vocab` (a new dict when None);
+    TypeError for text that is not a str or a vocab that is not a dict."""
+    if not isinstance(text, str):
+        raise TypeError(f"{who} expects str text, got {type(text).__name__}")
+    if vocab is None:
+        vocab = {}
+    elif not isinstance(vocab, dict):
+        raise TypeError(f"vocab must be a dict str -> int, got {type(vocab).__name__}")
+    return vocab, max(vocab.values()) + 1 if vocab else 0
+
+
 def parse_ptb(text: str, vocab: Optional[dict] = None, *, collapse_unary: bool = False,
               source: str = "PTB text") -> Tuple[list, dict]:
     """Parse bracketed trees, e.g. ``(3 (2 It) (2 works))`` or ``(S (NP (PRP It)) (VP (VBZ works)))``.
@@ -73,13 +85,7 @@ def parse_ptb(text: str, vocab: Optional[dict] = None, *, collapse_unary: bool =
     the topmost node that has one.  Returns ``(trees, vocab)``.  Malformed
     text raises ValueError naming ``source`` and the line.
     """
-    if not isinstance(text, str):
-        raise TypeError(f"parse_ptb expects str text, got {type(text).__name__}")
-    if vocab is None:
-        vocab = {}
-    elif not isinstance(vocab, dict):
-        raise TypeError(f"vocab must be a dict str -> int, got {type(vocab).__name__}")
-    next_id = max(vocab.values()) + 1 if vocab else 0
+    vocab, next_id = start_vocab("parse_ptb", text, vocab)
     trees = []
     stack = []              # open brackets: [label, word, children, line]
     tree_line = 0           # line where the last tree ended (text after it there is an error)

@@ -21,7 +21,6 @@ from importlib import resources
 import numpy as np
 
 from .. import data
-from ..data import Node, postorder
 from .cost_model import PARAMS, spearman
 from .features import ProgramFacts, WorkloadStats, derived_vector
 from .space import TuningPoint
@@ -56,15 +55,8 @@ def typical_stats(kernel_model, batch_size: int = 10) -> WorkloadStats:
     prior compile() ranks with when it has not seen the user's trees."""
     trees, _ = data.sst_sample()
     vocab = getattr(kernel_model, "vocab_bound", None) or 1
-    folded = [_fold(t, vocab) for t in trees[:batch_size]]
+    folded = [data.fold_words(t, vocab) for t in trees[:batch_size]]
     return WorkloadStats.of(kernel_model, [folded])
-
-
-def _fold(tree, vocab):
-    made = {}
-    for n in postorder(tree):
-        made[id(n)] = Node(word=n.word % vocab) if n.is_leaf else Node(children=[made[id(c)] for c in n.children])
-    return made[id(tree)]
 
 
 def candidates(recipe) -> list:
