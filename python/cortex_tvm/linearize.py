@@ -149,27 +149,39 @@ def _postorder_nodes(root: Node, tree_index: int) -> list:
     return order
 
 
+def _node_lists(n):
+    """Per-node words, child counts, heights, and relative[j][p] = child j of node p minus p."""
+    return [None] * n, [0] * n, [0] * n, []
+
+
+def _record(p, node, tree_index, words, num_children, relative):
+    """Store node p's word and child count (growing `relative` to its arity); its children,
+    None for a leaf."""
+    if node._word is not None:
+        words[p] = node._word
+    children = node._children
+    if children is None:
+        return None
+    k = len(children)
+    if k == 0:
+        raise ValueError(f"tree {tree_index}: {node!r} has an empty children list")
+    while len(relative) < k:
+        relative.append([_NO_CHILD] * len(words))
+    num_children[p] = k
+    return children
+
+
 def _flatten(root: Node, tree_index: int, epoch: int) -> _Flat:
     """Compute the cacheable flat form of one tree."""
     order = _postorder_nodes(root, tree_index)
     n = len(order)
-    words = [None] * n
-    num_children = [0] * n
-    heights = [0] * n
+    words, num_children, heights, relative = _node_lists(n)
     sizes = [1] * n           # subtree sizes, to locate children by arithmetic
-    relative = []             # relative[j][p]: child j of node p, minus p
     for p, node in enumerate(order):
-        children = node._children
-        if node._word is not None:
-            words[p] = node._word
+        children = _record(p, node, tree_index, words, num_children, relative)
         if children is None:
             continue
         k = len(children)
-        if k == 0:
-            raise ValueError(f"tree {tree_index}: {node!r} has an empty children list")
-        while len(relative) < k:
-            relative.append([_NO_CHILD] * n)
-        num_children[p] = k
         # In post-order the last child sits right before its parent and each
         # earlier child right before the subtree of the next one.
         child = p - 1
@@ -214,24 +226,13 @@ def _flatten_dag(root: Node, tree_index: int, epoch: int) -> _Flat:
         raise TypeError(f"tree {tree_index} contains a child that is not a Node") from None
     n = len(order)
     position = {id(node): p for p, node in enumerate(order)}
-    words = [None] * n
-    num_children = [0] * n
-    heights = [0] * n
-    relative = []
+    words, num_children, heights, relative = _node_lists(n)
     edges = 0
     for p, node in enumerate(order):
-        children = node._children
-        if node._word is not None:
-            words[p] = node._word
+        children = _record(p, node, tree_index, words, num_children, relative)
         if children is None:
             continue
-        k = len(children)
-        if k == 0:
-            raise ValueError(f"tree {tree_index}: {node!r} has an empty children list")
-        while len(relative) < k:
-            relative.append([_NO_CHILD] * n)
-        num_children[p] = k
-        edges += k
+        edges += len(children)
         height = 0
         for j, child in enumerate(children):
             c = position[id(child)]

@@ -5,19 +5,13 @@ nodes, in TVM compute style; the recursion is only visible through reads of a
 recursive state at a child (`h[child(n, j), k]`).  Nothing is computed here:
 the objects below are a description that `cortex_tvm.lower` turns into TIR.
 
-TreeFC, the CORTEX paper's running example::
+TreeFC, the CORTEX paper's running example, is `models/tree_fc.py`; its core::
 
-    tree = ra.Tree(max_children=2)
-    n = ra.node()
-    word = ra.node_input("word", bound=V)
-    emb, W, b = ra.weight("emb", (V, H)), ra.weight("W", (H, H)), ra.weight("b", (H,))
-    h = ra.rec_placeholder("h", (H,))
-
+    h = ra.rec_placeholder("h", (H,))                      # the recursive state
     leaf_h = ra.compute((H,), lambda i: emb[word[n], i], name="leaf_h")
-    k = ra.reduce_axis(H, "k")
     child_sum = ra.compute((H,), lambda i: h[ra.child(n, 0), i] + h[ra.child(n, 1), i], name="child_sum")
     internal_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(W[i, k] * child_sum[k], k) + b[i]), name="internal_h")
-    program = ra.rec_compute(tree, {h: (leaf_h, internal_h)})
+    program = ra.rec_compute(ra.Tree(max_children=2), {h: (leaf_h, internal_h)})
 
 Indexing a per-node tensor (`child_sum[k]`) means "at the current node";
 indexing a recursive state takes the node first (`h[child(n, 0), i]`).

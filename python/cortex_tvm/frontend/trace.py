@@ -70,14 +70,14 @@ def recursive(fn) -> Recursive:
     The function takes `(node, p)` and returns the node's state (a tensor) or
     states (a tuple); it reads `node.is_leaf`, `p.<table>[node.word]`, calls
     itself on `node.children[j]`, and computes with `@`, `+ - * /` and the
-    `ct.*` functions.  Example::
+    `ct.*` functions.  Example, a child-sum tree RNN over up to 4 children::
 
         @ct.recursive
-        def tree_fc(node, p):
+        def child_sum_rnn(node, p):
             if node.is_leaf:
-                return p.emb[node.word]
-            left, right = tree_fc(node.children[0], p), tree_fc(node.children[1], p)
-            return ct.tanh(p.W @ (left + right) + p.b)
+                return ct.tanh(p.Wx @ p.emb[node.word] + p.b)
+            total = sum(child_sum_rnn(child, p) for child in node.children)
+            return ct.tanh(p.U @ total + p.b)
     """
     return Recursive(fn)
 

@@ -24,6 +24,12 @@ def check_sizes(**sizes):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
+def zero_states(lin, size: int, count: int) -> list:
+    """`count` per-slot state arrays (num_slots, size) of zeros, for the numpy executors (slot 0
+    is the null node a missing child reads)."""
+    return [np.zeros((lin.num_slots, size), np.float32) for _ in range(count)]
+
+
 def sigmoid(x):
     """numpy logistic function, for the models' level-batched executors."""
     return 1.0 / (1.0 + np.exp(-x))

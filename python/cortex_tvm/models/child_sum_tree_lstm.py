@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import Model, check_sizes, sigmoid
+from .base import WordModel, check_sizes, sigmoid, zero_states
 from .structures import count_leaves_internal
 
 
-class ChildSumTreeLSTM(Model):
+class ChildSumTreeLSTM(WordModel):
     """Child-sum TreeLSTM on trees of up to `max_children` children; returns the root h.
 
     Weights (float32, nn.Linear convention y = W x + b), E = embed size (H unless given),
@@ -40,12 +40,9 @@ class ChildSumTreeLSTM(Model):
         if not isinstance(inner_words, bool):
             raise TypeError(f"inner_words must be a bool, got {type(inner_words).__name__}")
         self.reads_inner_words = inner_words
-        embed_size = hidden_size if embed_size is None else embed_size
-        check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size,
-                     max_children=max_children)
-        self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
+        check_sizes(max_children=max_children)
         self._max_children = int(max_children)
-        super().__init__(seed)
+        super().__init__(hidden_size, vocab_size, embed_size, seed)
 
     @property
     def max_children(self) -> int:
@@ -104,8 +101,7 @@ class ChildSumTreeLSTM(Model):
 
     def numpy_forward(self, lin):
         w, H = self.weights, self.hidden_size
-        h = np.zeros((lin.num_slots, H), np.float32)
-        c = np.zeros((lin.num_slots, H), np.float32)
+        h, c = zero_states(lin, H, 2)
         lo = lin.level_offsets
         bias = w["b_iou"] + w["bU_iou"]
         # without inner words, inner nodes hold word 0 and must read x = 0

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import Model, check_sizes
+from .base import WordModel, check_sizes
 from .structures import count_leaves_internal
 
 
-class DAGRNN(Model):
+class DAGRNN(WordModel):
     """h_n = tanh(Wx x_n + U sum_{p in preds(n)} h_p + b); returns the sink's h.
 
     Weights (float32, nn.Linear convention y = W x + b), E = embed size (H unless given):
@@ -28,12 +28,9 @@ class DAGRNN(Model):
 
     def __init__(self, hidden_size: int, vocab_size: int, max_predecessors: int = 2,
                  embed_size: int | None = None, seed: int = 0):
-        embed_size = hidden_size if embed_size is None else embed_size
-        check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size,
-                     max_predecessors=max_predecessors)
-        self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
+        check_sizes(max_predecessors=max_predecessors)
         self.max_predecessors = int(max_predecessors)
-        super().__init__(seed)
+        super().__init__(hidden_size, vocab_size, embed_size, seed)
 
     def weight_shapes(self):
         H, V, E = self.hidden_size, self.vocab_size, self.embed_size

@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import Model, check_sizes
+from .base import WordModel
 from .structures import count_leaves_internal
 
 
-class MVRNN(Model):
+class MVRNN(WordModel):
     """Matrix-vector RNN on binary trees; returns the root vector a (states: a (H,), A (H, H)).
 
     Weights (float32, nn.Linear convention y = W x + b):
@@ -27,9 +27,7 @@ class MVRNN(Model):
                "WM.weight": "WM"}
 
     def __init__(self, hidden_size: int, vocab_size: int, seed: int = 0):
-        check_sizes(hidden_size=hidden_size, vocab_size=vocab_size)
-        self.hidden_size, self.vocab_size = hidden_size, vocab_size
-        super().__init__(seed)
+        super().__init__(hidden_size, vocab_size, seed=seed)      # the embedding size is H
 
     def weight_shapes(self):
         H, V = self.hidden_size, self.vocab_size

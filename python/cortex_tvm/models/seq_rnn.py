@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import WordModel, sigmoid
+from .base import WordModel, sigmoid, zero_states
 from .structures import count_leaves_internal
 
 
@@ -35,9 +35,11 @@ class _SeqModel(WordModel):
         return {"emb": (V, E), "W_ih": (G * H, E), "W_hh": (G * H, H), "b_ih": (G * H,), "b_hh": (G * H,)}
 
     def _inputs(self):
+        """A chain (one child: the previous element), the node, the word input and the weights."""
         H, V, E, G = self.hidden_size, self.vocab_size, self.embed_size, self.gates
-        return (ra.node_input("word", bound=V, optional=True), ra.weight("emb", (V, E)), ra.weight("W_ih", (G * H, E)),
-                ra.weight("W_hh", (G * H, H)), ra.weight("b_ih", (G * H,)), ra.weight("b_hh", (G * H,)))
+        return (ra.Tree(max_children=1), ra.node(), ra.node_input("word", bound=V, optional=True),
+                ra.weight("emb", (V, E)), ra.weight("W_ih", (G * H, E)), ra.weight("W_hh", (G * H, H)),
+                ra.weight("b_ih", (G * H,)), ra.weight("b_hh", (G * H,)))
 
     def _input(self, word, emb):
         """x at an inner element: emb[word], or 0 where the element has no word."""
@@ -65,13 +67,11 @@ class SeqLSTM(_SeqModel):
     PyTorch names (`aliases`): emb.weight, lstm.weight_ih_l0 (or weight_ih_l0), ... .
     """
 
-    gates = 4
-    aliases = _rnn_aliases("lstm")
+    gates, aliases = 4, _rnn_aliases("lstm")
 
     def build_program(self):
-        H, E = self.hidden_size, self.embed_size
-        chain, n, s, tanh, child = ra.Tree(max_children=1), ra.node(), ra.sigmoid, ra.tanh, ra.child
-        word, emb, W_ih, W_hh, b_ih, b_hh = self._inputs()
+        H, E, (chain, n, word, emb, W_ih, W_hh, b_ih, b_hh) = self.hidden_size, self.embed_size, self._inputs()
+        s, tanh, child = ra.sigmoid, ra.tanh, ra.child
         h, c = ra.rec_placeholder("h", (H,)), ra.rec_placeholder("c", (H,))
 
         e = ra.reduce_axis(E, "e")
@@ -93,8 +93,7 @@ class SeqLSTM(_SeqModel):
 
     def numpy_forward(self, lin):
         w, H = self.weights, self.hidden_size
-        h = np.zeros((lin.num_slots, H), np.float32)
-        c = np.zeros((lin.num_slots, H), np.float32)
+        h, c = zero_states(lin, H, 2)
         lo = lin.level_offsets
         bias = w["b_ih"] + w["b_hh"]
         for start, end in zip(lo[:-1], lo[1:]):
@@ -118,13 +117,11 @@ class SeqGRU(_SeqModel):
     PyTorch names (`aliases`): emb.weight, gru.weight_ih_l0 (or weight_ih_l0), ... .
     """
 
-    gates = 3
-    aliases = _rnn_aliases("gru")
+    gates, aliases = 3, _rnn_aliases("gru")
 
     def build_program(self):
-        H, E = self.hidden_size, self.embed_size
-        chain, n, s, tanh, child = ra.Tree(max_children=1), ra.node(), ra.sigmoid, ra.tanh, ra.child
-        word, emb, W_ih, W_hh, b_ih, b_hh = self._inputs()
+        H, E, (chain, n, word, emb, W_ih, W_hh, b_ih, b_hh) = self.hidden_size, self.embed_size, self._inputs()
+        s, tanh, child = ra.sigmoid, ra.tanh, ra.child
         h = ra.rec_placeholder("h", (H,))
 
         e = ra.reduce_axis(E, "e")

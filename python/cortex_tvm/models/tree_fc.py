@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import Model, check_sizes
+from .base import WordModel
 
 
-class TreeFC(Model):
+class TreeFC(WordModel):
     """Leaf h = emb[word]; internal h = tanh(W (h_l + h_r) + b).
 
     Weights (float32, nn.Linear convention y = W x + b):
@@ -17,9 +17,7 @@ class TreeFC(Model):
     aliases = {"emb.weight": "emb", "W.weight": "W", "W.bias": "b"}
 
     def __init__(self, hidden_size: int, vocab_size: int, seed: int = 0):
-        check_sizes(hidden_size=hidden_size, vocab_size=vocab_size)
-        self.hidden_size, self.vocab_size = hidden_size, vocab_size
-        super().__init__(seed)
+        super().__init__(hidden_size, vocab_size, seed=seed)      # the embedding size is H
 
     def weight_shapes(self):
         H, V = self.hidden_size, self.vocab_size

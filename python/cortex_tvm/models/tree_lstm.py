@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import WordModel, sigmoid
+from .base import WordModel, sigmoid, zero_states
 
 
 class TreeLSTM(WordModel):
@@ -82,8 +82,7 @@ class TreeLSTM(WordModel):
 
     def numpy_forward(self, lin):
         w, H = self.weights, self.hidden_size
-        h = np.zeros((lin.num_slots, H), np.float32)
-        c = np.zeros((lin.num_slots, H), np.float32)
+        h, c = zero_states(lin, H, 2)
         lo = lin.level_offsets
         gates = w["emb"][lin.words[lo[0]:lo[1]]] @ w["W"].T + w["bW"]
         i, o, u = gates[:, :H], gates[:, H:2 * H], gates[:, 2 * H:]

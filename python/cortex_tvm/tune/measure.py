@@ -1,6 +1,7 @@
 """Build and time one tuning point; a failure measures as inf with its error, never raises."""
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass, field
 
@@ -24,6 +25,11 @@ class MeasureResult:
     @property
     def mean(self) -> float:
         return float(np.mean(self.latencies)) if self.latencies and self.error is None else float("inf")
+
+
+def invalid(space, point) -> MeasureResult:
+    """The result of a point whose recipe does not apply (nothing is built)."""
+    return MeasureResult(error=f"invalid: {space.check(point)}")
 
 
 def tuning_batches(model, trees=None, batch_size: int = 10, max_batches: int = 16) -> list:
@@ -63,12 +69,10 @@ class Measurer:
         return self._expected[0]
 
     def measure(self, space, point) -> MeasureResult:
-        import time
         start = time.perf_counter()
         try:
-            reason = space.check(point)
-            if reason is not None:
-                return MeasureResult(error=f"invalid: {reason}")
+            if space.check(point) is not None:
+                return invalid(space, point)
             compiled = self.model.compile(target=self.target, schedule=space.recipe_for(point))
             build_s = time.perf_counter() - start
             diff = float(np.abs(compiled(self.batches[0]) - self.expected()).max())

@@ -28,7 +28,7 @@ from ..padding import compiled_form
 from ..runtime import kernel_names, layout, structure_args, weight_arrays
 from ..target import make_target
 from ..timing import best_of
-from .measure import TOLERANCE, MeasureResult, Measurer
+from .measure import TOLERANCE, MeasureResult, Measurer, invalid
 
 
 @dataclass
@@ -57,9 +57,8 @@ class RPCMeasurer(Measurer):
     def measure(self, space, point) -> MeasureResult:
         start = time.perf_counter()
         try:
-            reason = space.check(point)
-            if reason is not None:
-                return MeasureResult(error=f"invalid: {reason}")
+            if space.check(point) is not None:
+                return invalid(space, point)
             target = make_target(self.target)
             kernel_model = compiled_form(self.model, target)      # sizes padded as compile() does
             rs, recipe = build.schedule_model(kernel_model, target, space.recipe_for(point))
