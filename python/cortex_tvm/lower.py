@@ -14,8 +14,10 @@ Scratchpads (per-node intermediates) are indexed by node id, as in CORTEX's
 ILIR: `gates[level_offsets[l] + j, r]`, `num_slots` rows.  The schedule
 primitive `dense_index` turns that into `gates[j, r]` with one level's rows.
 
-Lowering is an ordered list of named steps (`STEPS`); `lower(program,
-dump=print)` shows the IR after each.
+Lowering is two steps, `build_stage` (a TE loop nest per stage: leaves and
+one level of internal nodes, or one merged stage without leaf
+specialization) and `assemble` (one PrimFunc: leaves, serial level loop,
+roots gather); `lower(program, dump=print)` shows the IR after each.
 
 The PrimFunc's parameters, in order (`Lowered.params` names them):
   node inputs (int32 (N,)), children (int32 (N, K)), [num_children (int32 (N,))],
@@ -325,13 +327,6 @@ def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
 
 
 # ----------------------------------------------------------------------------- the pipeline
-STEPS = [
-    ("build_stages", "TE loop nests per stage: leaves and one level of internal nodes "
-                     "(or one merged stage without leaf specialization)"),
-    ("assemble", "one PrimFunc: leaves, serial level loop, roots gather"),
-]
-
-
 def lower(program: ra.RecProgram, specialize_leaves: bool = True, dump=None) -> Lowered:
     """Run the lowering steps; `dump(step_name, ir)` sees the IR after each."""
     names = ("leaf", "internal") if specialize_leaves else ("both",)

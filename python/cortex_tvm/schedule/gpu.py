@@ -23,7 +23,6 @@ Kernel structure (see kernels.py): after `bind_nodes` on all scopes,
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 
 from .. import passes
@@ -281,35 +280,4 @@ class GpuPrimitives:
             raise ScheduleError(str(err)) from err
         self._reset(tvm.IRModule({self.func_name: new}))
         self._record("single_kernel", blocks=blocks)
-        return self
-
-    def read_only_cache(self, tensor: str = "children"):
-        """Note for the reader: child states and index arrays already go through the read-only cache.
-
-        The lowered function is `tirx.noalias`, so TVM's CUDA codegen marks
-        every parameter `__restrict__` and loads of buffers the kernel never
-        writes use `__ldg` (non-coherent, read-only data cache).  Recursive
-        states (`h`, `c`) are written by the same kernel and cannot use it
-        legally within one launch; across per-level launches they are plain
-        loads (L1/L2 cached).  This primitive only checks the precondition.
-
-        Requires: `tensor` a parameter that the program only reads.
-        Parameters: tensor : str   a parameter name. Returns: self.
-        Raises: ScheduleError when `tensor` is written by the program.
-        Examples: ``rs.read_only_cache("children")``: no IR change; the CUDA
-        source reads ``__ldg(children + ...)``.
-        """
-        written = []
-
-        def on_store(st):
-            if st.buffer.name == tensor:
-                written.append(st)
-        tvm_ffi.structural_walk(self.func, (tirx.BufferStore, on_store), order="post")
-        try:
-            passes.param(self.func, tensor)
-        except ValueError as err:
-            raise ScheduleError(f"read_only_cache: {err}") from err
-        if written:
-            raise ScheduleError(f"read_only_cache: {tensor!r} is written by the program")
-        self._record("read_only_cache", tensor=tensor)
         return self

@@ -1,0 +1,56 @@
+"""The XGBoost-guided rounds of the search, past the random warm-up, beat random search on a
+table of latencies (looked up, not built), with the same budget, over several seeds."""
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm.tune import Database, SearchConfig, Space, TuningPoint, Workload, WorkloadStats, search
+from cortex_tvm.tune.measure import MeasureResult
+
+pytest.importorskip("xgboost")
+
+
+class TableSpace(Space):
+    """The derived schedule's knob space with every point valid (no schedule is applied)."""
+
+    def check(self, point):
+        return None
+
+
+class TableMeasurer:
+    target = "table"
+
+    def __init__(self, latency):
+        self.latency = latency
+
+    def measure(self, space, point):
+        return MeasureResult((self.latency(point.as_dict()),))
+
+
+def latency(k):
+    """A cost with structure the features see: the register tile against the register file,
+    node padding, unrolling; a smooth landscape whose best region is not the default point."""
+    acc = k["node_tile"] * k["max_column_vectors"]
+    tile = abs(acc - 8) / 8 + (0.8 if acc + k["node_tile"] + 1 > 32 else 0.0)
+    return 1e-3 * (1 + tile + 0.05 * k["node_tile"] + 0.1 / k["k_unroll"] + 0.1 * abs(k["unroll_depth"] - 2)
+                   + (0.0 if k["persist"] else 0.3) + (0.0 if k["hoist"] else 0.2) + (0.0 if k["lanes"] == 16 else 0.25))
+
+
+def best_after(space, trials, seed, guided):
+    # warm-up = all trials: random search; warm-up 4: then rounds ranked by the cost model
+    config = SearchConfig(trials=trials, seed=seed, warmup=trials if not guided else 4, confirm_rounds=0)
+    workload = Workload.of(space.model, space.target, 10)
+    record = search(space, TableMeasurer(latency), Database(), workload, WorkloadStats(32, 32, 10, 200, 12, 16, 40, 10),
+                    config, log=None)
+    return record.mean
+
+
+def test_guided_rounds_beat_random_search(fc32):
+    space = TableSpace(fc32, ct.make_target({"kind": "llvm", "mcpu": "znver4"}))
+    assert space.size > 200
+    trials = 40                                    # > the warm-up: most trials are guided
+    guided = [best_after(space, trials, seed, True) for seed in range(4)]
+    random = [best_after(space, trials, seed, False) for seed in range(4)]
+    optimum = min(latency(p.as_dict()) for p in space.points())
+    assert np.median(guided) < np.median(random), (guided, random)
+    assert np.median(guided) <= optimum * 1.10, (guided, optimum)
