@@ -1,0 +1,46 @@
+"""The shipped cost model: present, used by compile() without a measurement, and ranking the
+configurations of models it was not trained on (held out from its own shipped data)."""
+import io
+import os
+
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm import recipes
+from cortex_tvm.padding import compiled_form
+from cortex_tvm.tune import pretrained
+
+pytest.importorskip("xgboost")
+DATA = os.path.join(os.path.dirname(ct.__file__), "..", "..", "tuning", "cost_data.jsonl")
+
+
+def test_a_model_ships_and_compile_uses_its_choice(fc32):
+    assert pretrained.shipped_booster() is not None
+    target = ct.make_target("llvm")
+    kernel_model = compiled_form(fc32, target)
+    derived = recipes.resolve(kernel_model, target, None)
+    chosen = pretrained.choose(derived, kernel_model, target)
+    assert chosen.name == "derived"
+    assert ct.tune.TuningPoint.of(**chosen.knob_values()) in pretrained.candidates(derived)
+    before = ct.compile_count()
+    compiled = fc32.compile()
+    assert ct.compile_count() - before <= 1            # one build: nothing was measured
+    assert compiled.recipe_name == "derived"
+
+
+@pytest.mark.parametrize("name", ["SeqGRU", "DAGRNN", "ChildSumTreeLSTM"])
+def test_typical_batch_fits_every_structure(name):
+    model = compiled_form(getattr(ct.models, name)(16, 30), ct.make_target("llvm"))
+    batch = pretrained.typical_batch(model)
+    assert len(batch) == 10 and model.linearize(batch).num_slots > 10
+
+
+@pytest.mark.skipif(not os.path.exists(DATA), reason="the measurements live in the source tree")
+def test_ranks_configurations_of_held_out_models():
+    rows = pretrained.load_runs([DATA])
+    report = pretrained.held_out_report(rows, "model", out=io.StringIO())
+    spearman = [rho for rho, _, _ in report.values()]
+    regret = [pick for _, pick, _ in report.values()]
+    assert np.mean(spearman) > 0.4, report
+    assert np.mean(regret) < 0.15, report          # its pick within 15% of each group's best, on average
