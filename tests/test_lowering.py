@@ -268,8 +268,6 @@ def test_lower_is_cached_and_dump_sees_every_step(specialize, steps):
     seen = []
     lowered = model.lower(specialize_leaves=specialize, dump=lambda step, ir: seen.append((step, ir)))
     assert [s for s, _ in seen] == steps
-    # each dumped step is one of the documented STEPS
-    assert {s.split("[")[0] for s, _ in seen} == {name for name, _ in ct.lower.STEPS}
     assert all(isinstance(ir, tvm.tirx.PrimFunc) for _, ir in seen)
     assert tvm_ffi.structural_equal(lowered.func, model.lower(specialize_leaves=specialize).func)
 
