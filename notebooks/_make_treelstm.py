@@ -49,7 +49,7 @@ def prefix(k):
     return recipes.Recipe(f"first {k} steps", tuple(steps[:k]))
 
 rs = ct.RecSchedule(kernel_model.lower())
-before = rs.show()
+before = rs.func.script()
 latency = {}
 for k, step in enumerate(steps, start=1):
     done = len(rs.trace)
@@ -57,7 +57,7 @@ for k, step in enumerate(steps, start=1):
     if len(rs.trace) == done:
         continue                                  # an optional step that does not apply here
     label = step["primitive"] + "(" + ", ".join(f"{a}={v!r}" for a, v in step.get("args", {}).items()) + ")"
-    after = rs.show()
+    after = rs.func.script()
     diff = [l for l in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
             if l.startswith(("+", "-")) and not l.startswith(("+++", "---"))]
     compiled = model.compile(schedule=prefix(k))

@@ -143,8 +143,9 @@ def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = F
     tables = hoisted_tables(model, rs, recipe, tgt) if rs.plan.hoisted else {}
     mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod
     executable = build_module(mod, tgt, {**rs.plan.pass_config(), **(BOUNDS_CHECK if bounds_check else {})})
-    compiled = CompiledModel(model, rs.lowered, executable, tgt, rs.plan, weight_arrays(model, rs, tables),
-                             recipe.name, state_shapes)
+    compiled = CompiledModel(model, rs.lowered.signature, executable, tgt, rs.plan,
+                             weight_arrays(model, rs, tables), recipe.name, state_shapes, lowered=rs.lowered,
+                             trace=[step.as_json() for step in rs.trace])
     compiled.bounds_check = bounds_check
     return compiled
 
@@ -179,7 +180,7 @@ def hoisted_tables(model, rs, recipe, target) -> dict:
     table_rs.finalize()
     mod = split_per_level(table_rs.func, table_rs.lowered.first_level) if table_rs.plan.per_level else table_rs.mod
     executable = build_module(mod, target, table_rs.plan.pass_config())
-    table_model = CompiledModel(model, table_rs.lowered, executable, target, table_rs.plan,
+    table_model = CompiledModel(model, table_rs.lowered.signature, executable, target, table_rs.plan,
                                 weight_arrays(model, table_rs, {}), "hoist-tables")
     vocabulary = [data.Node(word=w) for w in range(model.vocab_bound)]
     lin = table_model.linearize(vocabulary)

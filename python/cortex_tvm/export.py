@@ -6,9 +6,10 @@
 
 The directory holds:
   lib.so        the kernel(s), from TVM's `export_library`
-  meta.json     format version, model class, recipe, target, runtime plan, kernel parameter
-                names / shapes / dtypes (the model's layout, before packing), states, per-node
-                inputs, max_children, structure kind (tree/dag), vocabulary bound, versions
+  meta.json     format version, model class, recipe and the applied trace, target, runtime
+                plan, the kernel signature (`signature.KernelSignature`: per-node inputs,
+                children, weights in the model's layout before packing, states, structure
+                kind), the visible state shapes, vocabulary bound, weight aliases, versions
   weights.npz   the weight arguments exactly as the kernel takes them (packed, hoisted tables)
 Each file is written to a temporary name and renamed into place; meta.json comes last.
 meta.json also records each file's size and sha256, its own digest, and the CPU the code
@@ -29,12 +30,13 @@ import numpy as np
 import tvm
 from tvm.target import Target
 
-from . import integrity, passes, ra
+from . import integrity, passes
 from .schedule import RuntimePlan
+from .signature import KernelSignature
 from .version import __version__
 from .weights import checked_weights
 
-FORMAT = 2      # 2: file digests, meta seal and CPU features (format 1 had none)
+FORMAT = 3      # 3: the kernel signature and the applied trace; 2: file digests, meta seal, CPU features
 LIB, META, WEIGHTS = "lib.so", "meta.json", "weights.npz"
 
 
@@ -62,38 +64,29 @@ def export(compiled, path) -> str:
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"export: {path!r} exists and is not a directory")
     os.makedirs(path, exist_ok=True)
-    lowered = compiled.lowered
-    program = lowered.program
+    signature = compiled.signature
     meta = {
         "format": FORMAT,
         "model": compiled.model_name,
         "recipe": compiled.recipe_name,
+        # the schedule that was applied, step by step (RecSchedule.replay takes it)
+        "trace": compiled.trace,
         "target": str(compiled.target),
         "plan": dataclasses.asdict(compiled.plan),
-        "params": [{"name": w.name, "shape": [int(d) for d in w.shape], "dtype": str(w.dtype)}
-                   for w in lowered.weights],
-        "states": [{"name": s.name, "shape": [int(d) for d in s.shape], "dtype": str(s.dtype)}
-                   for s in program.states],
+        "signature": signature.to_json(),
         # the kernel's states may be padded to the vector width; results are sliced to these
         "visible_state_shapes": [list(shape) for shape in compiled.state_shapes],
-        "node_inputs": [{"name": i.name, "bound": int(i.bound)} for i in lowered.node_inputs],
-        "uses_num_children": bool(lowered.uses_num_children),
-        "specialized": bool(lowered.specialized),
-        "max_children": int(program.spec.max_children),
-        "kind": program.spec.kind,
         "vocab_bound": compiled._vocab_bound,
         "versions": {"cortex_tvm": __version__, "tvm": tvm.__version__},
         # other names for the weights (a PyTorch state_dict's), so load(weights=...) takes them too
         "aliases": dict(compiled.aliases),
         "cpu": integrity.target_cpu(compiled.target),
     }
-    for entry, inp in zip(meta["node_inputs"], lowered.node_inputs):
-        entry["missing"] = getattr(inp, "missing", None)      # the marker of a node without a word
     files = {LIB: _atomic(os.path.join(path, LIB), compiled.executable.export_library)}
 
     def write_weights(tmp):
         with open(tmp, "wb") as f:
-            np.savez(f, **{w.name: a for w, a in zip(lowered.weights, compiled._weights)})
+            np.savez(f, **{name: a for (name, _, _), a in zip(signature.weights, compiled._weights)})
     files[WEIGHTS] = _atomic(os.path.join(path, WEIGHTS), write_weights)
     meta = integrity.seal({**meta, "files": files})
 
@@ -124,11 +117,10 @@ def _read_meta(path):
     return meta
 
 
-def _given_weights(meta, weights):
+def _given_weights(meta, signature, weights):
     """User weights in the kernel parameters' layout (before packing): validated, float32 copies."""
-    aliases = meta.get("aliases", {})
-    expected = {p["name"]: (p["shape"], p["dtype"]) for p in meta["params"]}
-    return checked_weights(weights, expected, aliases, "load")
+    expected = {name: (shape, dtype) for name, shape, dtype in signature.weights}
+    return checked_weights(weights, expected, meta.get("aliases", {}), "load")
 
 
 def read(path, weights=None) -> dict:
@@ -137,39 +129,32 @@ def read(path, weights=None) -> dict:
     CompiledModel from them; this module stays below the runtime.
 
     weights: None (the bundled ones) or a dict name -> numpy array / torch tensor
-    with exactly the kernel's parameters (meta.json "params": the model's weight
-    names, or for a hoisted schedule the `<state>_table` leaf tables) in the
-    model's layout (unpacked; packing is redone here), float32.
+    with exactly the kernel's weight parameters (meta.json "signature" "weights": the
+    model's weight names, or for a hoisted schedule the `<state>_table` leaf tables)
+    in the model's layout (unpacked; packing is redone here), float32.
     """
     path = os.fspath(path)
     meta = _read_meta(path)
+    signature = KernelSignature.from_json(meta.get("signature") or {})
     plan_fields = {f.name for f in dataclasses.fields(RuntimePlan)}
     plan = RuntimePlan(**{k: _tuples(v) for k, v in meta["plan"].items() if k in plan_fields})
     if weights is None:
         try:
             with np.load(os.path.join(path, WEIGHTS)) as npz:
-                arrays = [np.ascontiguousarray(npz[p["name"]]) for p in meta["params"]]
+                arrays = [np.ascontiguousarray(npz[name]) for name, _, _ in signature.weights]
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
             raise ValueError(f"load: {os.path.join(path, WEIGHTS)} is unreadable ({err})") from err
     else:
-        given = _given_weights(meta, weights)
+        given = _given_weights(meta, signature, weights)
         packs = {p[0]: p[1:] for p in plan.packs}
         arrays = []
-        for p in meta["params"]:
-            a = given[p["name"]]
-            if p["name"] in packs:
-                a = passes.pack_array(a, passes.tile_axis(*packs[p["name"]]))
-            arrays.append(np.array(a, dtype=p["dtype"], order="C", copy=True))
+        for name, _, dtype in signature.weights:
+            a = given[name]
+            if name in packs:
+                a = passes.pack_array(a, passes.tile_axis(*packs[name]))
+            arrays.append(np.array(a, dtype=dtype, order="C", copy=True))
     executable = tvm.runtime.Executable(tvm.runtime.load_module(os.path.join(path, LIB)))
-    spec = (ra.DAG if meta["kind"] == "dag" else ra.Tree)(max_children=meta["max_children"])
-    lowered = SimpleNamespace(
-        program=SimpleNamespace(spec=spec, states=[SimpleNamespace(name=s["name"], shape=tuple(s["shape"]),
-                                                                   dtype=s["dtype"]) for s in meta["states"]]),
-        weights=[SimpleNamespace(name=p["name"], shape=tuple(p["shape"]), dtype=p["dtype"]) for p in meta["params"]],
-        node_inputs=[SimpleNamespace(**i) for i in meta["node_inputs"]],
-        uses_num_children=meta["uses_num_children"], specialized=meta["specialized"],
-        first_level=1 if meta["specialized"] else 0)
     return {"model": SimpleNamespace(vocab_bound=meta["vocab_bound"], aliases=meta.get("aliases", {})),
-            "lowered": lowered, "executable": executable, "target": Target(meta["target"]), "plan": plan,
+            "signature": signature, "executable": executable, "target": Target(meta["target"]), "plan": plan,
             "weights": arrays, "recipe_name": meta["recipe"], "state_shapes": meta.get("visible_state_shapes"),
-            "model_name": meta["model"]}
+            "model_name": meta["model"], "trace": meta.get("trace", [])}

@@ -35,6 +35,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as Tb
 
 from . import ra
+from .signature import KernelSignature
 
 FUNC_NAME = "cortex_main"
 
@@ -73,6 +74,12 @@ class Lowered:
     def first_level(self) -> int:
         """The first level the level loop computes (leaves are level 0)."""
         return 1 if self.specialized else 0
+
+    @property
+    def signature(self) -> KernelSignature:
+        """The kernel's calling convention (see `cortex_tvm.signature`)."""
+        return KernelSignature.of(self.program, self.weights, self.node_inputs, self.uses_num_children,
+                                  self.specialized)
 
 
 # ----------------------------------------------------------------------------- step 1: stages

@@ -34,7 +34,7 @@ import tvm
 from tvm import relax, tirx
 
 from . import build as _build
-from .runtime import layout, structure_args, weight_arrays
+from .runtime import weight_arrays
 
 __all__ = ["RecursiveCall", "as_relax"]
 
@@ -60,47 +60,47 @@ class RecursiveCall:
                              "needs a single-kernel schedule (pass schedule=... without per_level_kernels)")
         tables = _build.hoisted_tables(model, rs, recipe, tgt) if rs.plan.hoisted else {}
         self.model, self.target, self.plan, self.recipe_name = model, tgt, rs.plan, recipe.name
-        self.lowered = rs.lowered
+        self.signature = rs.lowered.signature
         self.pass_config = rs.plan.pass_config()
         self.func = _with_shape_param(rs.func, "max_level_size")
         self.weights = weight_arrays(model, rs, tables)
-        self.states = rs.lowered.program.states
+        self.states = self.signature.states
 
-        K = rs.lowered.program.spec.max_children
-        N, L1, B, M = (tirx.Var(name, "int64") for name in ("num_slots", "num_levels_plus_1", "batch",
-                                                             "max_level_size"))
-        self._N, self._B = N, B
-        params = [relax.Var(inp.name, relax.TensorType((N,), "int32")) for inp in rs.lowered.node_inputs]
-        params.append(relax.Var("children", relax.TensorType((N, K), "int32")))
-        if rs.lowered.uses_num_children:
-            params.append(relax.Var("num_children", relax.TensorType((N,), "int32")))
-        params.append(relax.Var("level_offsets", relax.TensorType((L1,), "int32")))
-        params.append(relax.Var("roots", relax.TensorType((B,), "int32")))
-        params.append(relax.Var("level_extent", relax.ShapeType([M])))
-        self.params = params
-        self._M = M
+        sizes = {name: tirx.Var(name, "int64") for name in ("num_slots", "num_levels_plus_1", "batch")}
+        self._N, self._B, self._M = sizes["num_slots"], sizes["batch"], tirx.Var("max_level_size", "int64")
+        # the structure parameters, as the signature orders them; the scalar max_level_size
+        # becomes a shape (Relax passes the level extent as a symbolic size)
+        self.params = []
+        for p in self.signature.params():
+            if p.role == "weight":
+                break
+            if p.role == "max_level_size":
+                self.params.append(relax.Var("level_extent", relax.ShapeType([self._M])))
+            else:
+                shape = [sizes.get(d, d) for d in p.shape]
+                self.params.append(relax.Var(p.name, relax.TensorType(shape, p.dtype)))
 
     @property
     def out_type(self):
-        first = self.states[0]
-        return relax.TensorType([self._B, *first.shape], first.dtype)
+        _, shape, dtype = self.states[0]
+        return relax.TensorType([self._B, *shape], dtype)
 
     def emit(self, bb: relax.BlockBuilder, name: str = "cortex_main") -> relax.Expr:
         """Emit the kernel call in the current function of `bb`; returns the root states (B, *shape)."""
         gv = bb.add_func(self.func, name)
         *structure, extent_shape = self.params
         extent = bb.emit(relax.op.zeros(relax.ShapeExpr([self._M]), "int32"))
-        states = [bb.emit(relax.op.zeros(relax.ShapeExpr([self._N, *s.shape]), s.dtype)) for s in self.states]
+        states = [bb.emit(relax.op.zeros(relax.ShapeExpr([self._N, *shape]), dtype)) for _, shape, dtype in self.states]
         args = structure + [extent] + [relax.const(w) for w in self.weights] + states
         first_state = len(args) - len(states)
-        out_types = [relax.TensorType([self._N, *s.shape], s.dtype) for s in self.states] + [self.out_type]
+        out_types = [relax.TensorType([self._N, *shape], dtype) for _, shape, dtype in self.states] + [self.out_type]
         result = bb.emit(relax.op.call_tir_inplace(
             gv, relax.Tuple(args), inplace_indices=[first_state + i for i in range(len(states))] + [-1],
             out_ty=out_types))
         return bb.emit(relax.TupleGetItem(result, len(states)))
 
     def linearize(self, trees):
-        return layout(trees, self.lowered, self.plan, self.model.vocab_bound)
+        return self.signature.layout(trees, self.plan.node_tile, self.plan.dynamic_batching, self.model.vocab_bound)
 
     def make_inputs(self, trees, device=None) -> list:
         """The arguments of the structure parameters (`self.params`) for a batch of trees."""
@@ -109,7 +109,7 @@ class RecursiveCall:
 
         def tensor(a):
             return tvm.runtime.tensor(np.ascontiguousarray(a, dtype=np.int32), device)
-        *args, max_level_size = structure_args(lin, self.lowered, tensor)
+        *args, max_level_size = self.signature.structure_args(lin, tensor)
         return args + [tvm.runtime.ShapeTuple([max_level_size])]
 
 

@@ -25,36 +25,12 @@ def weight_arrays(model, rs, tables: dict) -> list:
     return out
 
 
-def no_word(lowered):
-    """What `words` holds at a node without a word for this kernel: an optional node input's
-    `missing` marker, or None when the kernel reads words only at leaves."""
-    return next((i.missing for i in lowered.node_inputs if getattr(i, "missing", None) is not None), None)
-
-
-def layout(trees, lowered, plan, vocab_bound) -> _linearize.Linearized:
-    """Validate and lay out a batch the way a scheduled kernel expects (padding, batching, DAGs)."""
-    spec = lowered.program.spec
-    return _linearize.linearize(trees, spec.max_children, pad=plan.node_tile, vocab_size=vocab_bound,
-                                batching=plan.dynamic_batching, allow_shared=spec.kind == "dag",
-                                no_word=no_word(lowered))
-
-
-def structure_args(lin: _linearize.Linearized, lowered, put=lambda a: a) -> list:
-    """The kernel's leading arguments (per-node inputs, children, ..., roots, max_level_size),
-    each index array passed through `put` (e.g. a copy to a device)."""
-    args = [put(lin.words) for _ in lowered.node_inputs]
-    args.append(put(lin.children))
-    if lowered.uses_num_children:
-        args.append(put(lin.num_children))
-    return args + [put(lin.level_offsets), put(lin.roots), int(lin.max_level_size)]
-
-
-def launch(functions, args, lin, lowered, plan):
+def launch(functions, args, lin, signature, plan):
     """Run the kernel(s): one call, or leaves + one call per level + roots (`per_level_kernels`)."""
     if plan.per_level:
         leaves, level_fn, roots = functions
         leaves(*args)
-        for level in range(lowered.first_level, lin.num_levels):
+        for level in range(signature.first_level, lin.num_levels):
             level_fn(*args, level)
         roots(*args)
     else:
@@ -84,21 +60,25 @@ class CompiledModel:
     #: validate a Linearized's index arrays in run() (set by compile(bounds_check=True))
     bounds_check = False
 
-    def __init__(self, model, lowered, executable, target, plan, weights, recipe_name, state_shapes=None,
-                 model_name=None):
+    def __init__(self, model, signature, executable, target, plan, weights, recipe_name, state_shapes=None,
+                 model_name=None, lowered=None, trace=()):
         self.model_name = model_name or type(model).__name__
         #: other names of the weights (PyTorch's), kept for load(path, weights=state_dict)
         self.aliases = dict(getattr(model, "aliases", {}))
-        self.lowered, self.executable, self.target, self.plan = lowered, executable, target, plan
+        self.signature, self.executable, self.target, self.plan = signature, executable, target, plan
+        #: the Lowered program when compiled in this process (None for a loaded model)
+        self.lowered = lowered
+        #: the schedule applied, as replayable steps: the record of what was compiled
+        self.trace = [dict(step) for step in trace]
         self.recipe_name = recipe_name
-        self._max_children = lowered.program.spec.max_children
-        self._shared_nodes = lowered.program.spec.kind == "dag"     # DAG: a shared node gets one slot
+        self._max_children = signature.max_children
+        self._shared_nodes = signature.kind == "dag"     # DAG: a shared node gets one slot
         self._vocab_bound = model.vocab_bound
-        self._states = lowered.program.states
+        self._states = signature.states
         #: the states' shapes as the user's model has them; the kernel's may be padded
         #: to the vector width (padding.py), and the padding is sliced off here
         self.state_shapes = tuple(tuple(int(d) for d in shape) for shape in state_shapes) if state_shapes \
-            else tuple(tuple(int(d) for d in s.shape) for s in self._states)
+            else tuple(shape for _, shape, _ in self._states)
         self._unpad = tuple(slice(0, d) for d in self.state_shapes[0])
         self._weights = weights
         self._workspace = _Workspace()
@@ -106,14 +86,14 @@ class CompiledModel:
 
     def linearize(self, trees) -> _linearize.Linearized:
         """Validate and lay out a batch the way this kernel expects (padding, batching)."""
-        return layout(trees, self.lowered, self.plan, self._vocab_bound)
+        return self.signature.layout(trees, self.plan.node_tile, self.plan.dynamic_batching, self._vocab_bound)
 
     def _state_buffers(self, num_slots):
         ws = self._workspace
         if ws.states is None or ws.states[0].shape[0] < num_slots:
             capacity = max(1024, 1 << (num_slots - 1).bit_length())
             # zeros: slot 0 is the null node and is never written by the kernel
-            ws.states = [np.zeros((capacity,) + s.shape, s.dtype) for s in self._states]
+            ws.states = [np.zeros((capacity,) + shape, dtype) for _, shape, dtype in self._states]
         return [s[:num_slots] for s in ws.states]
 
     def run(self, lin: _linearize.Linearized):
@@ -122,14 +102,14 @@ class CompiledModel:
         The state buffers belong to this thread's workspace: copy what you keep.
         """
         if self.bounds_check:
-            _linearize.check_bounds(lin, self._max_children, self._vocab_bound, no_word(self.lowered))
+            _linearize.check_bounds(lin, self._max_children, self._vocab_bound, self.signature.no_word)
         if self.target.kind.name == "cuda":
             return self._run_cuda(lin)
         states = self._state_buffers(lin.num_slots)
-        first = self._states[0]
-        out = np.empty((len(lin.roots),) + first.shape, first.dtype)
-        launch(self._functions, structure_args(lin, self.lowered) + [*self._weights, *states, out],
-               lin, self.lowered, self.plan)
+        _, shape, dtype = self._states[0]
+        out = np.empty((len(lin.roots),) + shape, dtype)
+        launch(self._functions, self.signature.structure_args(lin) + [*self._weights, *states, out],
+               lin, self.signature, self.plan)
         return self._visible(out), states
 
     def _visible(self, rows):
@@ -152,11 +132,11 @@ class CompiledModel:
 
         if getattr(self, "_cuda_weights", None) is None:
             self._cuda_weights = [put(w) for w in self._weights]      # uploaded once
-        states = [put(np.zeros((lin.num_slots,) + s.shape, s.dtype)) for s in self._states]
-        first = self._states[0]
-        out = put(np.empty((len(lin.roots),) + first.shape, first.dtype))
-        launch(self._functions, structure_args(lin, self.lowered, put) + [*self._cuda_weights, *states, out],
-               lin, self.lowered, self.plan)
+        states = [put(np.zeros((lin.num_slots,) + shape, dtype)) for _, shape, dtype in self._states]
+        _, shape, dtype = self._states[0]
+        out = put(np.empty((len(lin.roots),) + shape, dtype))
+        launch(self._functions, self.signature.structure_args(lin, put) + [*self._cuda_weights, *states, out],
+               lin, self.signature, self.plan)
         device.sync()
         return self._visible(out.numpy()), [s.numpy() for s in states]
 

@@ -40,7 +40,8 @@ def test_per_level_gpu_schedule_matches_reference_on_cpu(sst, name):
     target = build.make_target("llvm")
     executable = build.build_module(split_per_level(func, rs.lowered.first_level), target)
     tables = build.hoisted_tables(model, rs, used, build.make_target("cuda")) if rs.plan.hoisted else {}
-    emulated = CompiledModel(model, rs.lowered, executable, target, rs.plan, weight_arrays(model, rs, tables), "emu")
+    emulated = CompiledModel(model, rs.lowered.signature, executable, target, rs.plan, weight_arrays(model, rs, tables),
+                             "emu")
     weights = {k: np.array(v) for k, v in model.weights.items()}
     batch = trees[:100]
     ref = reference.tree_fc(batch, weights) if name == "TreeFC" else reference.tree_lstm(batch, weights)[0]

@@ -142,7 +142,7 @@ def test_export_keeps_the_no_word_marker(childsum, sample, tmp_path):
     model, compiled = childsum
     path = compiled.export(tmp_path / "dep")
     meta = json.load(open(os.path.join(path, "meta.json"), encoding="utf-8"))
-    assert meta["node_inputs"] == [{"name": "word", "bound": len(sample[1]), "missing": len(sample[1])}]
+    assert meta["signature"]["node_inputs"] == [["word", len(sample[1]), len(sample[1])]]
     loaded = ct.load(path)
     np.testing.assert_array_equal(loaded(sample[0]), compiled(sample[0]))
     with pytest.raises(ValueError, match="outside the vocabulary"):

@@ -14,10 +14,8 @@ import numpy as np
 
 from .. import data, models
 
-#: bench name -> cortex_tvm.models class name
-MODEL_CLASSES = {"treelstm": "TreeLSTM", "treefc": "TreeFC", "treegru": "TreeGRU",
-                 "childsum": "ChildSumTreeLSTM", "mvrnn": "MVRNN", "dagrnn": "DAGRNN",
-                 "seqlstm": "SeqLSTM", "seqgru": "SeqGRU"}
+#: bench name -> cortex_tvm.models class name (the zoo's own table, models.BY_NAME)
+MODEL_CLASSES = {name: cls.__name__ for name, cls in models.BY_NAME.items()}
 #: models the torch worker implements
 TORCH_MODELS = ("treelstm", "treefc")
 MVRNN_MAX_HIDDEN = 64
@@ -33,7 +31,7 @@ OPTIONS = {"childsum": {"inner_words": False}}
 
 
 def make_model(name: str, hidden: int, vocab_size: int):
-    return getattr(models, MODEL_CLASSES[name])(hidden_size=hidden_for(name, hidden), vocab_size=vocab_size,
+    return models.BY_NAME[name](hidden_size=hidden_for(name, hidden), vocab_size=vocab_size,
                                                 **OPTIONS.get(name, {}))
 
 

@@ -9,5 +9,9 @@ from .tree_fc import TreeFC
 from .tree_gru import TreeGRU
 from .tree_lstm import TreeLSTM
 
+#: the zoo by short name: the one table the CLI, the bench and the tuner read
+BY_NAME = {"treelstm": TreeLSTM, "treefc": TreeFC, "treegru": TreeGRU, "childsum": ChildSumTreeLSTM,
+           "mvrnn": MVRNN, "dagrnn": DAGRNN, "seqlstm": SeqLSTM, "seqgru": SeqGRU}
+
 __all__ = ["Model", "TreeFC", "TreeLSTM", "TreeGRU", "ChildSumTreeLSTM", "MVRNN", "DAGRNN",
-           "SeqLSTM", "SeqGRU", "DAG"]
+           "SeqLSTM", "SeqGRU", "DAG", "BY_NAME"]

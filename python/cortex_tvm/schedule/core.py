@@ -70,6 +70,17 @@ class RecScheduleCore:
         self.model = model                  # needed only by program-level primitives
         self.plan = RuntimePlan()
         self.trace: list = []
+        # schedule state, explicit (the trace is the record of what was applied, not state):
+        #: blocks register-tiled so far (tile_gemm), in order: what persist parallelizes
+        self.tiled: list = []
+        #: levels per step of the level loop (unroll_recursion)
+        self.unroll_depth = 1
+        #: scopes whose nodes are bound to GPU thread blocks (bind_nodes)
+        self.bound_scopes: list = []
+        #: thread blocks of the persistent grid-synced kernel, None until single_kernel(blocks)
+        self.persistent_blocks = None
+        #: primitives applied after which the program can no longer be re-lowered
+        self.scheduled: list = []
         self._reset(lowered.mod)
 
     # -- state -------------------------------------------------------------------------------
@@ -83,6 +94,8 @@ class RecScheduleCore:
 
     def _record(self, primitive, **args):
         self.trace.append(Step(primitive, args))
+        if primitive not in ("specialize_leaves", "dynamic_batch"):
+            self.scheduled.append(primitive)
 
     func_name = FUNC_NAME
 
@@ -95,8 +108,9 @@ class RecScheduleCore:
         return self.sch.mod[FUNC_NAME]
 
     def show(self) -> str:
-        """The current TIR as TVMScript."""
-        return self.func.script()
+        """The current TIR as TVMScript, then the trace that produced it (the record)."""
+        steps = self.trace_python() or "(no primitive applied)"
+        return self.func.script() + "\n# ---- trace\n" + "\n".join(f"# {line}" for line in steps.splitlines())
 
     def block_names(self, scope: str | None = None) -> list:
         """Names of compute blocks, all or those inside a scope ("leaves" or "level")."""
@@ -179,7 +193,7 @@ class RecScheduleCore:
                 raise ScheduleError(str(err)) from err
             if name not in ("get_sblock", "get_loops", "get", "get_child_blocks", "get_producers",
                             "get_consumers", "get_sref", "work_on", "show"):
-                self.trace.append(Step(f"s_tir.{name}", {"args": repr(args), "kwargs": repr(kwargs)}))
+                self._record(f"s_tir.{name}", args=repr(args), kwargs=repr(kwargs))
             return result
         recorded.__doc__ = attr.__doc__
         return recorded

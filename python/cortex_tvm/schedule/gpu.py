@@ -39,7 +39,7 @@ class GpuPrimitives:
 
     # ------------------------------------------------------------------ helpers
     def _gpu_bound(self) -> list:
-        return [s.args.get("scope") for s in self.trace if s.primitive == "bind_nodes"]
+        return list(self.bound_scopes)
 
     def _scope_blocks(self, scope):
         """Compute blocks of a scope in program order."""
@@ -172,6 +172,7 @@ class GpuPrimitives:
             threads = min(int(extent), 1024) if isinstance(extent, tirx.IntImm) else 64
         for name in blocks:
             self._bind_threads(name, scope, threads, local_accumulators)
+        self.bound_scopes.append(scope)
         self._record("bind_nodes", scope=scope, threads=threads, local_accumulators=local_accumulators)
         return self
 
@@ -271,7 +272,7 @@ class GpuPrimitives:
         if missing:
             raise ScheduleError(f"single_kernel: bind_nodes first for {missing} (one persistent kernel "
                                 "needs every stage on the GPU)")
-        if any(s.primitive == "single_kernel" and s.args for s in self.trace):
+        if self.persistent_blocks is not None:
             raise ScheduleError("single_kernel: already a persistent kernel")
         self.finalize()
         try:
@@ -279,5 +280,6 @@ class GpuPrimitives:
         except ValueError as err:
             raise ScheduleError(str(err)) from err
         self._reset(tvm.IRModule({self.func_name: new}))
+        self.persistent_blocks = blocks
         self._record("single_kernel", blocks=blocks)
         return self

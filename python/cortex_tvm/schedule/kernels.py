@@ -35,7 +35,7 @@ class KernelPrimitives:
         parameter) and ``cortex_roots``; the executor calls ``cortex_level``
         once per level.
         """
-        if any(s.primitive == "unroll_recursion" and s.args.get("depth", 1) > 1 for s in self.trace):
+        if self.unroll_depth > 1:
             raise ScheduleError("per_level_kernels: not with unroll_recursion(depth > 1)")
         self.plan = replace(self.plan, per_level=True)
         self._record("per_level_kernels")

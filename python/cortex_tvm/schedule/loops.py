@@ -94,6 +94,7 @@ class LoopPrimitives:
             sch.unroll(loop)
         self._fuse_consumers(block, node_tile, column_tile, lanes)
         self._pending_decompose.append((block, 2))     # reduction init goes above the first k loop
+        self.tiled.append(block)
         self._record("tile_gemm", block=block, node_tile=node_tile, column_tile=column_tile, lanes=lanes,
                      k_unroll=k_unroll)
         return self
@@ -313,8 +314,7 @@ class LoopPrimitives:
         """
         if not any(p[0] == weight for p in self.plan.packs):
             raise ScheduleError(f"persist: pack {weight!r} first (persist splits its column tiles over cores)")
-        tiled = [s.args["block"] for s in self.trace if s.primitive == "tile_gemm"]
-        readers = [name for name in tiled if self.has_block(name) and self._reads(name, weight)]
+        readers = [name for name in self.tiled if self.has_block(name) and self._reads(name, weight)]
         if not readers:
             raise ScheduleError(f"persist: no tiled block reads {weight!r}; apply tile_gemm first")
         for name in readers:
@@ -356,6 +356,7 @@ class LoopPrimitives:
             level_loop = self.sch.get_loops(self._block("level"))[0]
             _, inner = self.sch.split(level_loop, [None, depth])
             self.sch.unroll(inner)
+        self.unroll_depth = depth
         self._record("unroll_recursion", depth=depth)
         return self
 

@@ -11,9 +11,8 @@ from .core import ScheduleError
 class ProgramPrimitives:
 
     def _only_program_steps_so_far(self, primitive):
-        done = [s.primitive for s in self.trace if s.primitive not in ("specialize_leaves", "dynamic_batch")]
-        if done:
-            raise ScheduleError(f"{primitive} re-lowers the program, so it must come before {done}")
+        if self.scheduled:
+            raise ScheduleError(f"{primitive} re-lowers the program, so it must come before {self.scheduled}")
 
     def specialize_leaves(self):
         """Give leaves their own loop nest (one large batch), with no is-leaf test in the level loop.

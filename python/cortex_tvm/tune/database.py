@@ -32,6 +32,9 @@ class TuningRecord:
     target_detail: str = ""
     #: "name@hash" of the recipe the knobs belong to (its steps and candidates change over time)
     recipe: str = ""
+    #: the schedule steps the knobs produced (replayable with RecSchedule.replay): the record of
+    #: what was measured, which stays meaningful when the recipe changes later
+    trace: tuple = field(default=(), compare=False)
 
     @property
     def mean(self) -> float:
@@ -44,7 +47,7 @@ class TuningRecord:
         return {"workload": self.workload.to_json(), "knobs": self.point.to_json(),
                 "latencies": list(self.latencies), "mean": None if math.isinf(mean) else mean,
                 "error": self.error, "time": self.time, **self.versions, "target_detail": self.target_detail,
-                "recipe": self.recipe}
+                "recipe": self.recipe, "trace": list(self.trace)}
 
     @classmethod
     def from_json(cls, data: dict) -> "TuningRecord":
@@ -52,7 +55,7 @@ class TuningRecord:
                    tuple(float(t) for t in data.get("latencies") or ()), data.get("error"),
                    float(data.get("time", 0.0)),
                    {k: data[k] for k in ("cortex_tvm", "tvm") if k in data}, data.get("target_detail", ""),
-                   data.get("recipe", ""))
+                   data.get("recipe", ""), tuple(data.get("trace") or ()))
 
 
 def versions() -> dict:

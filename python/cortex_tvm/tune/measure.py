@@ -21,6 +21,8 @@ class MeasureResult:
     latencies: tuple = ()
     error: str | None = None
     build_s: float = 0.0
+    #: the schedule that was built (CompiledModel.trace), for the tuning record
+    trace: tuple = ()
 
     @property
     def mean(self) -> float:
@@ -83,7 +85,7 @@ class Measurer:
                 compiled(self.batches[0])
             # end-to-end per batch, like timing.mean_of_best: linearization included
             times = tuple(best_of(compiled, b, self.repeats) for b in self.batches)
-            return MeasureResult(times, None, build_s)
+            return MeasureResult(times, None, build_s, tuple(compiled.trace))
         except Exception as err:        # a failed build or run is a data point, not a crash
             last = traceback.format_exception_only(type(err), err)[-1].strip()
             return MeasureResult(error=last[:2000], build_s=time.perf_counter() - start)

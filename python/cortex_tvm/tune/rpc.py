@@ -25,7 +25,7 @@ import tvm
 
 from .. import build
 from ..padding import compiled_form
-from ..runtime import kernel_names, layout, structure_args, weight_arrays
+from ..runtime import kernel_names, weight_arrays
 from ..target import make_target
 from ..timing import best_of
 from .measure import TOLERANCE, MeasureResult, Measurer, invalid
@@ -79,14 +79,19 @@ class RPCMeasurer(Measurer):
             def put(a):
                 return tvm.runtime.tensor(np.ascontiguousarray(a), device)
             weights = [put(w) for w in weight_arrays(kernel_model, rs, tables)]
-            states = rs.lowered.program.states
+            signature = rs.lowered.signature
+            states = signature.states
+
+            def lay_out(b):
+                return signature.layout(b, rs.plan.node_tile, rs.plan.dynamic_batching, kernel_model.vocab_bound)
             name = kernel_names(rs.plan)[0]
             times = []
             for i, batch in enumerate(self.batches):
-                lin = layout(batch, rs.lowered, rs.plan, kernel_model.vocab_bound)
-                out = put(np.zeros((len(lin.roots),) + states[0].shape, states[0].dtype))
-                args = structure_args(lin, rs.lowered, put) + weights + [
-                    put(np.zeros((lin.num_slots,) + s.shape, s.dtype)) for s in states] + [out]
+                lin = lay_out(batch)
+                _, shape, dtype = states[0]
+                out = put(np.zeros((len(lin.roots),) + shape, dtype))
+                args = signature.structure_args(lin, put) + weights + [
+                    put(np.zeros((lin.num_slots,) + s, d)) for _, s, d in states] + [out]
                 if i == 0:
                     module[name](*args)
                     unpadded = out.numpy()[tuple(slice(0, d) for d in self.expected().shape)]
@@ -96,7 +101,7 @@ class RPCMeasurer(Measurer):
                                              build_s=build_s)
                 timer = module.time_evaluator(name, device, number=1, repeat=self.repeats)
                 kernel = min(timer(*args).results)
-                host = best_of(lambda b: layout(b, rs.lowered, rs.plan, kernel_model.vocab_bound), batch,
+                host = best_of(lay_out, batch,
                                self.repeats)
                 times.append(kernel + host)
             return MeasureResult(tuple(times), None, build_s)

@@ -64,7 +64,7 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
     def run(point: TuningPoint):
         result = measurer.measure(space, point)
         record = TuningRecord(workload, point, result.latencies, result.error, now(), info, target_detail,
-                              space.fingerprint)
+                              space.fingerprint, result.trace)
         database.commit(record)
         done[point] = record
         if log is not None:
@@ -113,7 +113,7 @@ def confirm(space, measurer, database, workload, config, info, target_detail, lo
         for point in points:
             result = measurer.measure(space, point)
             database.commit(TuningRecord(workload, point, result.latencies, result.error, now(), info,
-                                         target_detail, space.fingerprint))
+                                         target_detail, space.fingerprint, result.trace))
             if log is not None:
                 this = f"{result.mean * 1e3:.3f} ms" if result.error is None else "failed"
                 print(f"tune: confirm {round_index + 1}/{config.confirm_rounds}  {this}  [{point}]",

@@ -1,0 +1,113 @@
+"""The kernel's calling convention in one record: which arguments, in which order, of which shape.
+
+Lowering produces it (`Lowered.signature`); the executor, export/load, the Relax embedding
+and remote measurement all derive their argument lists from it instead of spelling the order
+out again, and an exported model carries it as JSON so `load` rebuilds it exactly.
+
+    sig = model.lower().signature
+    [p.name for p in sig.params()]   # ['word', 'children', 'level_offsets', 'roots', 'max_level_size',
+                                     #  'emb', 'W', 'b', 'h', 'out']
+    args = sig.structure_args(lin)   # the leading arguments for a linearized batch
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import linearize as _linearize
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter: its name, role, shape (ints, or the names of the sizes that vary
+    per call: "num_slots", "num_levels_plus_1", "batch") and dtype."""
+
+    name: str
+    role: str        # node_input, children, num_children, level_offsets, roots, max_level_size, weight, state, out
+    shape: tuple
+    dtype: str
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    """Everything a caller of a lowered recursive kernel needs to know (see the module doc)."""
+
+    #: per-node int32 inputs: (name, bound, marker of a node without one or None)
+    node_inputs: tuple
+    max_children: int
+    uses_num_children: bool
+    #: (name, shape, dtype) in parameter order
+    weights: tuple
+    #: recursive states (name, shape, dtype); the first is the output
+    states: tuple
+    #: "tree" or "dag" (a node with several parents computed once)
+    kind: str = "tree"
+    #: leaves have their own loop nest; the level loop starts at level 1
+    specialized: bool = True
+
+    @classmethod
+    def of(cls, program, weights, node_inputs, uses_num_children, specialized) -> "KernelSignature":
+        """From a lowered RA program (see `lower.assemble`)."""
+        return cls(tuple((i.name, int(i.bound), getattr(i, "missing", None)) for i in node_inputs),
+                   int(program.spec.max_children), bool(uses_num_children),
+                   tuple((w.name, tuple(int(d) for d in w.shape), str(w.dtype)) for w in weights),
+                   tuple((s.name, tuple(int(d) for d in s.shape), str(s.dtype)) for s in program.states),
+                   program.spec.kind, bool(specialized))
+
+    # -- the convention -------------------------------------------------------------------
+    def params(self) -> list:
+        """The parameters in call order."""
+        out = [Param(name, "node_input", ("num_slots",), "int32") for name, _, _ in self.node_inputs]
+        out.append(Param("children", "children", ("num_slots", self.max_children), "int32"))
+        if self.uses_num_children:
+            out.append(Param("num_children", "num_children", ("num_slots",), "int32"))
+        out += [Param("level_offsets", "level_offsets", ("num_levels_plus_1",), "int32"),
+                Param("roots", "roots", ("batch",), "int32"), Param("max_level_size", "max_level_size", (), "int32")]
+        out += [Param(name, "weight", shape, dtype) for name, shape, dtype in self.weights]
+        out += [Param(name, "state", ("num_slots",) + shape, dtype) for name, shape, dtype in self.states]
+        _, shape, dtype = self.states[0]
+        return out + [Param("out", "out", ("batch",) + shape, dtype)]
+
+    @property
+    def first_level(self) -> int:
+        """The first level the level loop computes (leaves are level 0)."""
+        return 1 if self.specialized else 0
+
+    @property
+    def no_word(self):
+        """What the words array holds at a node without a word, or None when words are read at
+        leaves only."""
+        return next((missing for _, _, missing in self.node_inputs if missing is not None), None)
+
+    def layout(self, trees, node_tile: int, batching: bool, vocab_bound) -> _linearize.Linearized:
+        """Validate and lay out a batch the way this kernel expects."""
+        return _linearize.linearize(trees, self.max_children, pad=node_tile, vocab_size=vocab_bound,
+                                    batching=batching, allow_shared=self.kind == "dag", no_word=self.no_word)
+
+    def structure_args(self, lin: _linearize.Linearized, put=lambda a: a) -> list:
+        """The leading arguments (node inputs .. max_level_size) for a linearized batch, each
+        index array passed through `put` (e.g. a copy to a device)."""
+        args = [put(lin.words) for _ in self.node_inputs]
+        args.append(put(lin.children))
+        if self.uses_num_children:
+            args.append(put(lin.num_children))
+        return args + [put(lin.level_offsets), put(lin.roots), int(lin.max_level_size)]
+
+    # -- JSON (the export meta) -----------------------------------------------------------
+    def to_json(self) -> dict:
+        return {"node_inputs": [list(i) for i in self.node_inputs], "max_children": self.max_children,
+                "uses_num_children": self.uses_num_children,
+                "weights": [[n, list(s), d] for n, s, d in self.weights],
+                "states": [[n, list(s), d] for n, s, d in self.states],
+                "kind": self.kind, "specialized": self.specialized}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "KernelSignature":
+        """ValueError naming what is missing or malformed."""
+        try:
+            return cls(tuple((str(n), int(b), None if m is None else int(m)) for n, b, m in data["node_inputs"]),
+                       int(data["max_children"]), bool(data["uses_num_children"]),
+                       tuple((str(n), tuple(int(x) for x in s), str(d)) for n, s, d in data["weights"]),
+                       tuple((str(n), tuple(int(x) for x in s), str(d)) for n, s, d in data["states"]),
+                       str(data["kind"]), bool(data["specialized"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"kernel signature: malformed ({err!r})") from None
