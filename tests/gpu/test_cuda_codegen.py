@@ -178,7 +178,8 @@ def test_single_kernel_on_cpu_unchanged():
     model = ct.models.TreeFC(hidden_size=32, vocab_size=50)
     rs = RecSchedule(model.lower(specialize_leaves=False))
     rs.specialize_leaves()
-    before = rs.show()
+    before = rs.func.script()
     rs.single_kernel()
-    assert rs.show() == before and not rs.plan.per_level
+    assert rs.func.script() == before and not rs.plan.per_level
+    assert rs.show().endswith("# rs.single_kernel()")          # the IR, then the trace
     assert rs.trace[-1].primitive == "single_kernel" and rs.trace[-1].args == {}
