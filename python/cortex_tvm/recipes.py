@@ -15,6 +15,7 @@ generic schedule for any model).
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
@@ -68,14 +69,22 @@ class Recipe:
             if skip:
                 raise ScheduleError(f"recipe {self.name!r} is a function; cannot leave out {skip}")
             return (self.apply_fn(rs, **self.knob_values()) if self.knobs else self.apply_fn(rs)) or rs
+        seen = rs.possible_names()        # every name this program has or can have
         for step in self.steps_with_knobs():
             if step.get("primitive") in skip or not step.get("when", True):
                 continue
             try:
                 rs.replay([step])
-            except ScheduleError:
+            except ScheduleError as err:
                 if not step.get("optional"):
                     raise
+                named = step.get("args", {}).get("block") or step.get("args", {}).get("tensor")
+                if isinstance(named, str) and named not in seen:
+                    # an optional step may not apply (a block an earlier step removed, a tile that
+                    # does not divide); a name the program never had is a renamed compute
+                    warnings.warn(f"recipe {self.name!r}: optional step {step['primitive']}({named!r}) skipped: "
+                                  f"the program has no block or scratchpad {named!r} ({err})", stacklevel=3)
+            seen |= rs.possible_names()
         return rs
 
     def fitted(self, make_schedule) -> "Recipe":

@@ -56,11 +56,13 @@ def test_recipe_file(tmp_path, check_numbers):
     path.write_text(json.dumps({"name": "mine", "model": "TreeFC", "knobs": {"tile": [2, 4]}, "steps": steps}))
     r = recipes.load_file(str(path))
     assert r.name == "mine" and r.model == "TreeFC" and r.target == "*" and r.knob_values() == {"tile": 2}
-    compiled = check_numbers("TreeFC", str(path))
+    with pytest.warns(UserWarning, match="no block or scratchpad 'no_such_block'"):   # named, then skipped
+        compiled = check_numbers("TreeFC", str(path))
     assert compiled.recipe_name == "mine"
     assert compiled.plan.node_tile == 2
     # a Recipe object works too, with a knob chosen
-    compiled = check_numbers("TreeFC", r.with_knobs(tile=4))
+    with pytest.warns(UserWarning, match="no_such_block"):
+        compiled = check_numbers("TreeFC", r.with_knobs(tile=4))
     assert compiled.plan.node_tile == 4
     with pytest.raises(ValueError, match="no knobs \\['nope'\\]"):
         r.with_knobs(nope=1)
@@ -115,3 +117,21 @@ def test_callable_schedule_and_errors(make_model):
         model.compile(schedule=3)
     with pytest.raises(ct.ScheduleError, match="no block named"):
         model.compile(schedule=lambda rs: rs.vectorize_block("nope"))
+
+
+def test_optional_step_naming_a_block_the_program_never_had_warns(fresh):
+    """An optional step may not apply (a block that hoist removed): silent.  One that names a
+    block the program never had (a renamed compute) would vanish without a word: it warns."""
+    import warnings
+    steps = ({"primitive": "specialize_leaves"},
+             {"primitive": "vectorize_block", "args": {"block": "internal_c", "lanes": 8}, "optional": True},
+             {"primitive": "vectorize_block", "args": {"block": "cell_c", "lanes": 8}, "optional": True})
+    with pytest.warns(UserWarning, match=r"optional step vectorize_block\('cell_c'\) skipped: the program has no "
+                                         r"block or scratchpad 'cell_c'"):
+        rs = ct.recipes.Recipe("renamed", steps).apply(fresh("TreeLSTM"))
+    assert [s.primitive for s in rs.trace] == ["specialize_leaves", "vectorize_block"]
+    hoisted = ({"primitive": "specialize_leaves"}, {"primitive": "hoist"},
+               {"primitive": "vectorize_block", "args": {"block": "leaf_c", "lanes": 8}, "optional": True})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")               # leaf_c existed until hoist removed it: silent
+        ct.recipes.Recipe("hoisted", hoisted).apply(fresh("TreeLSTM"))

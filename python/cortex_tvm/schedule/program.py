@@ -89,6 +89,12 @@ class ProgramPrimitives:
         self._record("hoist", budget_mb=budget_mb)
         return self
 
+    def possible_names(self) -> set:
+        """Block and scratchpad names the program has now, plus those `hoist` would create
+        (`<state>_leaf`): a recipe step naming anything else names a compute that does not exist."""
+        states = {f"{s.name}_leaf" for s in self.lowered.program.states}
+        return set(self.block_names()) | set(self.scratchpads()) | states
+
     def dynamic_batch(self, enabled: bool = True):
         """Batch all nodes of a level together (the default); `enabled=False`: one node per step.
 

@@ -35,7 +35,7 @@ __all__ = ["tune", "AdaptiveModel", "apply_best", "recipe_from_log", "SHIPPED", 
 def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: int = 10, target="llvm",
          seconds: float | None = None, seed: int = 0, repeats: int = 5, max_batches: int = 16,
          knobs: dict | None = None, progress=True, rpc: tuple | None = None,
-         confirm_rounds: int = 2) -> TuningPoint | None:
+         confirm_rounds: int = 2, cross_compiler: str | None = None) -> TuningPoint | None:
     """Search the knobs of the model's recipe; every trial is appended to `log`.
 
     trials counts the records the log already has for this workload, so
@@ -43,7 +43,9 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
     the bundled SST sample) in batches of `batch_size`.  Returns the best
     point measured (None if every trial failed).  progress: True (a line per
     trial on stderr), False, or a file.  rpc: (tracker host, port, device key)
-    to measure on a remote device through TVM's RPC tracker (see `tune.rpc`).
+    to measure on a remote device through TVM's RPC tracker (see `tune.rpc`);
+    cross_compiler: the C++ compiler that links the kernel for that device
+    (e.g. "aarch64-linux-gnu-g++"; default: the host's).
     At the end the three fastest points and the default are re-timed
     `confirm_rounds` times, alternating (extra log records), so one lucky
     timing does not pick the winner.
@@ -56,7 +58,8 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
         measurer = Measurer(model, batches, tgt, repeats=repeats)
     else:
         host, port, key = rpc
-        measurer = RPCMeasurer(model, batches, tgt, repeats=repeats, tracker_host=host, tracker_port=port, key=key)
+        measurer = RPCMeasurer(model, batches, tgt, repeats=repeats, tracker_host=host, tracker_port=port, key=key,
+                               cc=cross_compiler)
     workload = Workload.of(model, tgt, batch_size)
     config = SearchConfig(trials=trials, seconds=seconds, seed=seed, confirm_rounds=confirm_rounds)
     best = search(space, measurer, Database(log), workload, WorkloadStats.of(model, batches), config, progress)
