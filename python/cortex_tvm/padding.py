@@ -110,8 +110,8 @@ def pad_multiple(model, info) -> int:
     rs = RecSchedule(model.lower(specialize_leaves=True))
     leaves = set(rs.block_names("leaves"))
     middles = [g.middle for g in derive.gemms(rs) if g.block not in leaves]
-    node_tile = derive.node_tiles(max(middles, default=1), info)[0]
-    vectors = derive.column_vectors(min(middles, default=1), min(node_tile, 3), info.lanes, info.registers, 4)
+    node_tile = derive.default_node_tile(max(middles, default=1), info)
+    vectors = derive.column_vectors(min(middles, default=1), node_tile, info.lanes, info.registers, 4)
     sizes = [getattr(model, a) for a in SIZE_ATTRS if isinstance(getattr(model, a, None), int)]
     for k in (4, 2, 1):
         multiple = info.lanes * k

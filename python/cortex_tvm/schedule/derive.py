@@ -27,7 +27,7 @@ import tvm_ffi
 
 from .core import ScheduleError
 
-_SPATIAL, _REDUCE = 0, 2
+_SPATIAL, REDUCE = 0, 2
 #: LowerTVMBuiltin keeps a local buffer on the stack (so LLVM can promote it to registers)
 #: only below this size; a larger register tile becomes a heap workspace and runs 3x slower
 STACK_BYTES = 1024
@@ -76,29 +76,29 @@ def find_gemm(rs, name: str, weights: set):
     block = rs.sch.get(rs.sch.get_sblock(name))
     iters = list(block.iter_vars)
     kinds = [iv.iter_type for iv in iters]
-    if _REDUCE not in kinds or kinds != sorted(kinds) or kinds.count(_SPATIAL) < 2:
+    if REDUCE not in kinds or kinds != sorted(kinds) or kinds.count(_SPATIAL) < 2:
         return None
     spatial = [iv for iv in iters if iv.iter_type == _SPATIAL]
     column, middle = spatial[-1], spatial[1:-1]
     if not isinstance(column.dom.extent, tvm.tirx.IntImm):
         return None
-    reduce_vars = {iv.var for iv in iters if iv.iter_type == _REDUCE}
+    reduce_vars = {iv.var for iv in iters if iv.iter_type == REDUCE}
     found = []
 
     def on_load(ld):
         if ld.source.name in weights:
             found.append(ld)
     tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, on_load))
-    def column_axes(ld):
+
+    def axes_of_column(ld):
         return [d for d, e in enumerate(ld.indices) if any(v.same_as(column.var) for v in _vars(e))]
     # the B operand is the one weight indexed by the output column; a weight read without
     # it (an embedding row gathered by word) is part of the A operand
-    by_column = [ld for ld in found if column_axes(ld)]
-    if len({ld.source.name for ld in by_column}) != 1 or len(column_axes(by_column[0])) != 1:
+    by_column = [ld for ld in found if axes_of_column(ld)]
+    if len({ld.source.name for ld in by_column}) != 1 or len(axes_of_column(by_column[0])) != 1:
         return None
     load = by_column[0]
-    column_axes = column_axes(load)
-    axis = column_axes[0]
+    axis = axes_of_column(load)[0]
     groups = _row_groups(load.indices[axis], column, middle)
     other = [v for d, e in enumerate(load.indices) if d != axis for v in _vars(e)]
     if groups is None or any(not any(v.same_as(r) for r in reduce_vars) for v in other):
@@ -117,15 +117,23 @@ def gemms(rs) -> list:
     return [g for g in (find_gemm(rs, name, weights) for name in rs.block_names()) if g is not None]
 
 
+def fits(accumulators: int, node_tile: int, lanes: int, registers: int) -> bool:
+    """A register tile fits: its accumulators, one broadcast per node and one spare register in
+    the register file, and the accumulators under the stack limit."""
+    return accumulators + node_tile + 1 <= registers and accumulators * lanes * 4 < STACK_BYTES
+
+
 def column_vectors(gemm_middle: int, node_tile: int, lanes: int, registers: int, most: int) -> int:
-    """The most column vectors (<= most) whose accumulators, plus one broadcast per node and one
-    spare register, fit the register file and the stack limit; at least 1."""
-    best = 1
-    for vectors in range(1, most + 1):
-        accumulators = node_tile * gemm_middle * vectors
-        if accumulators + node_tile + 1 <= registers and accumulators * lanes * 4 < STACK_BYTES:
-            best = vectors
-    return best
+    """The most column vectors (<= most) whose register tile `fits`; at least 1."""
+    return max([v for v in range(1, most + 1) if fits(node_tile * gemm_middle * v, node_tile, lanes, registers)],
+               default=1)
+
+
+def dividing_vectors(vectors: int, columns, lanes: int) -> int:
+    """The most column vectors, at most `vectors`, whose tile divides every extent in `columns`."""
+    while vectors > 1 and any(c % (vectors * lanes) for c in columns):
+        vectors -= 1
+    return vectors
 
 
 def weight_tiles(found: list, node_tile: int, lanes: int, registers: int, most: int) -> dict:
@@ -134,15 +142,14 @@ def weight_tiles(found: list, node_tile: int, lanes: int, registers: int, most: 
     for weight in {g.weight for g in found}:
         readers = [g for g in found if g.weight == weight]
         vectors = min(column_vectors(g.middle, node_tile, lanes, registers, most) for g in readers)
-        while vectors > 1 and any(g.columns % (vectors * lanes) for g in readers):
-            vectors -= 1
+        vectors = dividing_vectors(vectors, [g.columns for g in readers], lanes)
         tiles[weight] = vectors * lanes if all(g.columns % lanes == 0 for g in readers) else None
     return tiles
 
 
 def _leaves_compute(rs) -> bool:
     """Whether the leaf case does arithmetic worth a table (a reduction), not just a gather."""
-    return any(iv.iter_type == _REDUCE for name in rs.block_names("leaves")
+    return any(iv.iter_type == REDUCE for name in rs.block_names("leaves")
                for iv in rs.sch.get(rs.sch.get_sblock(name)).iter_vars)
 
 
@@ -197,17 +204,21 @@ def node_tiles(middle: int, info) -> list:
     AVX-512 (32 registers of 16 lanes), LSTM gates (middle 5): [3, 2, 1]: 3 x 5 accumulators
     and 3 broadcasts; 4 x 5 would fit the registers but not the stack limit.  AVX2 (16 of 8): [2, 1].
     """
-    fits = [t for t in (6, 4, 3, 2, 1) if t * middle + t + 1 <= info.registers
-            and t * middle * info.lanes * 4 < STACK_BYTES]
-    return fits or [1]
+    return [t for t in (6, 4, 3, 2, 1) if fits(t * middle, t, info.lanes, info.registers)] or [1]
+
+
+def default_node_tile(middle: int, info) -> int:
+    """The analytic default: 3 nodes per tile when that fits (the levels of real trees are
+    small, so larger tiles pay in padding), else the largest that does."""
+    tiles = node_tiles(middle, info)
+    return 3 if 3 in tiles else tiles[0]
 
 
 def knob_space(widest_middle: int, info) -> dict:
     """The derived schedule's knobs for a program whose widest GEMM has `widest_middle`
     accumulators per node and column vector, with the analytic default first."""
-    tiles = node_tiles(widest_middle, info)
-    default = 3 if 3 in tiles else tiles[0]
-    node_tile = [default] + [t for t in tiles if t != default]
+    default = default_node_tile(widest_middle, info)
+    node_tile = [default] + [t for t in node_tiles(widest_middle, info) if t != default]
     lanes = [info.lanes] + ([info.lanes // 2] if info.lanes > 4 else [])
     return {"node_tile": node_tile, "max_column_vectors": [4, 2, 1, 8], "lanes": lanes,
             "k_unroll": [8, 4, 1], "hoist": [True, False], "persist": [True, False],

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from .core import ScheduleError
@@ -177,47 +178,37 @@ class LoopPrimitives:
         sch = self.sch
         loop = sch.get_loops(sch.get_sblock(block))[1]
         names = set()
-        import tvm_ffi
         tvm_ffi.structural_walk(sch.get(loop), (tvm.s_tir.stmt.SBlock,
                                                 lambda b: names.update(w.source.name for w in b.writes)))
         return names
 
-    def _reads_tile_elementwise(self, consumer, placed_buffers):
-        """Every read of a tile buffer is at exactly the consumer's own iterators, in order."""
+    def _tile_reads(self, consumer, placed_buffers):
+        """(the consumer's iterator vars, the index lists of its reads of tile buffers)."""
         block = self.sch.get(consumer)
-        own = [iv.var for iv in block.iter_vars]
-        ok = [True]
+        reads = []
 
         def on_load(ld):
             if ld.source.name in placed_buffers:
-                idx = list(ld.indices)
-                if len(idx) != len(own) or not all(i.same_as(v) for i, v in zip(idx, own)):
-                    ok[0] = False
-        import tvm_ffi
+                reads.append(list(ld.indices))
         tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, on_load))
-        return ok[0]
+        return [iv.var for iv in block.iter_vars], reads
+
+    def _reads_tile_elementwise(self, consumer, placed_buffers):
+        """Every read of a tile buffer is at exactly the consumer's own iterators, in order."""
+        own, reads = self._tile_reads(consumer, placed_buffers)
+        return all(len(idx) == len(own) and all(i.same_as(v) for i, v in zip(idx, own)) for idx in reads)
 
     def _reads_tile_columns_only(self, consumer, placed_buffers):
         """Every read of a tile buffer is [node, constants..., column] at the consumer's own
         node and column: then the consumer needs exactly its tile's values."""
-        block = self.sch.get(consumer)
-        node_var, column_var = (iv.var for iv in block.iter_vars)
-        ok = [True]
+        (node_var, column_var), reads = self._tile_reads(consumer, placed_buffers)
 
         def is_node(e):
             if isinstance(e, tvm.ir.prim.expr.Add) and getattr(e.a, "source", None) is not None:
                 e = e.b                           # level_offsets[l] + j (not dense_index'ed)
             return e.same_as(node_var)
-
-        def on_load(ld):
-            if ld.source.name in placed_buffers:
-                idx = list(ld.indices)
-                if not (is_node(idx[0]) and idx[-1].same_as(column_var)
-                        and all(isinstance(x, tvm.tirx.IntImm) for x in idx[1:-1])):
-                    ok[0] = False
-        import tvm_ffi
-        tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, on_load))
-        return ok[0]
+        return all(is_node(idx[0]) and idx[-1].same_as(column_var)
+                   and all(isinstance(x, tvm.tirx.IntImm) for x in idx[1:-1]) for idx in reads)
 
     def _vectorize_innermost(self, block, lanes):
         sch = self.sch
@@ -328,7 +319,6 @@ class LoopPrimitives:
         def on_load(ld):
             if ld.source.name == buffer_name:
                 found.append(ld)
-        import tvm_ffi
         tvm_ffi.structural_walk(self.sch.get(self._block(block)).body, (tvm.ir.TensorLoad, on_load))
         return bool(found)
 
@@ -395,7 +385,6 @@ class LoopPrimitives:
                 marked.append(r)
                 return tvm.s_tir.stmt.SBlockRealize(r.iter_values, tirx.likely(r.predicate), r.block)
             return r
-        import tvm_ffi
         new = tvm_ffi.structural_map(self.func, (tvm.s_tir.stmt.SBlockRealize, on_realize), order="post")
         if not marked:
             raise ScheduleError(f"peel: {block!r} has no bounds check to peel (split its node loop first)")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schedule import RecSchedule, derive
-from ..schedule.derive import STACK_BYTES, column_vectors
+from ..schedule.derive import REDUCE, STACK_BYTES, column_vectors, dividing_vectors
 from ..target import cpu_info
 
 
@@ -82,7 +82,7 @@ class ProgramFacts:
             block = rs.sch.get(rs.sch.get_sblock(g.block))
             reduction = 1
             for iv in block.iter_vars:
-                if iv.iter_type == 2:
+                if iv.iter_type == REDUCE:
                     reduction *= int(iv.dom.extent)
             gemms.append((g.middle, g.columns, reduction, g.block in leaves))
         return cls(tuple(gemms), info.lanes, info.registers, info.cores)
@@ -97,9 +97,8 @@ def derived_vector(knobs: dict, facts: ProgramFacts, stats: WorkloadStats) -> li
     for middle, columns, reduction, is_leaf in facts.gemms:
         if is_leaf and knobs.get("hoist"):
             continue                                  # a table lookup at run time
-        vectors = column_vectors(middle, nt, lanes, facts.registers, int(knobs["max_column_vectors"]))
-        while vectors > 1 and columns % (vectors * lanes):
-            vectors -= 1
+        vectors = dividing_vectors(column_vectors(middle, nt, lanes, facts.registers,
+                                                  int(knobs["max_column_vectors"])), [columns], lanes)
         acc = nt * middle * vectors
         tiles = max(1, columns // (vectors * lanes))
         parallel = facts.cores if knobs.get("persist") else 1
