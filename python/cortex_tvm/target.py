@@ -29,8 +29,15 @@ def make_target(target) -> Target:
     if isinstance(target, Target):
         return target
     if isinstance(target, dict):
-        if target.get("kind") == "llvm" and "mtriple" not in target and "num-cores" not in target:
-            target = {**target, "num-cores": config.load().num_threads}
+        if target.get("kind") == "llvm":
+            mcpu = target.get("mcpu")
+            triple = target.get("mtriple") or codegen.llvm_get_system_triple()
+            if mcpu is not None and not codegen.llvm_is_valid_cpu(str(mcpu), str(triple)):
+                # LLVM would only print a warning and build generic code
+                raise ValueError(f"unknown LLVM CPU mcpu={mcpu!r} for {triple} (e.g. 'haswell' for AVX2, "
+                                 f"'skylake-avx512' or 'znver4' for AVX-512)")
+            if "mtriple" not in target and "num-cores" not in target:
+                target = {**target, "num-cores": config.load().num_threads}
         return Target(target)
     if target == "llvm":
         return Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(),

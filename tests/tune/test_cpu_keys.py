@@ -36,3 +36,9 @@ def test_record_from_another_cpu_warns_and_is_not_applied(fc32, tmp_path):
         warnings.simplefilter("error")
         recipe, how = tune.recipe_from_log(fc32, log, HASWELL)
     assert how == "exact" and recipe.knob_values()["node_tile"] == odd
+
+
+def test_unknown_mcpu_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown LLVM CPU mcpu='nosuchcpu'"):
+        ct.make_target({"kind": "llvm", "mcpu": "nosuchcpu"})
+    assert "haswell" in str(ct.make_target(HASWELL))
