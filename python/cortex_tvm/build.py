@@ -15,9 +15,9 @@ import tvm
 import tvm_ffi
 from tvm.target import Target
 
-from . import config, data, recipes
-from .runtime import CompiledModel, weight_arrays
-from .schedule import RecSchedule, ScheduleError, split_per_level
+from . import config, recipes
+from .runtime import CompiledModel, model_weight_arrays
+from .schedule import RecSchedule, ScheduleError
 from .target import make_target
 
 _cache: dict = {}
@@ -133,57 +133,16 @@ def schedule_model(model, target, schedule=None):
 def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = False, state_shapes=None):
     """A scheduled program (RecSchedule) + the model's weights -> CompiledModel.
 
-    `recipe` (a Recipe) only names the result and, with `hoist`, is re-applied
-    without it to compute the leaf tables; by default the schedule's own
-    trace is replayed for that.
+    One module is built for the target: the kernel and the parameter transforms beside it
+    (`hoist`'s leaf tables, `pack`'s layouts), which the CompiledModel runs once on the weights.
+    `recipe` (a Recipe) only names the result.
     """
     tgt = make_target(target)
     rs.finalize()
-    recipe = recipe or recipes.Recipe("custom", apply_fn=lambda _: None)
-    tables = hoisted_tables(model, rs, recipe, tgt) if rs.plan.hoisted else {}
-    mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod
-    executable = build_module(mod, tgt, {**rs.plan.pass_config(), **(BOUNDS_CHECK if bounds_check else {})})
-    compiled = CompiledModel(model, rs.lowered.signature, executable, tgt, rs.plan,
-                             weight_arrays(model, rs, tables), recipe.name, state_shapes, lowered=rs.lowered,
-                             trace=[step.as_json() for step in rs.trace])
+    recipe_name = recipe.name if recipe is not None else "custom"
+    executable = build_module(rs.module(), tgt, {**rs.plan.pass_config(), **(BOUNDS_CHECK if bounds_check else {})})
+    signature = rs.signature
+    compiled = CompiledModel(model, signature, executable, tgt, rs.plan, model_weight_arrays(model, signature),
+                             recipe_name, state_shapes, lowered=rs.lowered, trace=[step.as_json() for step in rs.trace])
     compiled.bounds_check = bounds_check
     return compiled
-
-
-def hoisted_tables(model, rs, recipe, target) -> dict:
-    """Leaf states for every word, computed by the same recipe without `hoist` (CORTEX's hoisting).
-
-    The tables are computed on this machine's CPU when the target is another
-    device (a GPU may not be present when compiling), with the model's CPU
-    recipe: they are values, not code.
-    """
-    if str(target) != str(make_target("llvm")):      # a GPU or another CPU: the tables are values,
-        target = make_target("llvm")                  # computed on this machine's CPU
-        recipe = recipes.resolve(model, target, None)
-        if recipe.knobs:
-            recipe = recipe.fitted(lambda: RecSchedule(model.lower(specialize_leaves=False)))
-    table_rs = RecSchedule(model.lower(specialize_leaves=False))
-    # the tables are values: any correct schedule of the unhoisted program computes them
-    if "hoist" in recipe.knobs:
-        recipe.with_knobs(hoist=False).apply(table_rs)
-    else:
-        try:
-            recipe.apply(table_rs, skip=("hoist",))
-        except ScheduleError:    # a replayed trace: leave out hoist and what only existed after it
-            table_rs = RecSchedule(model.lower(specialize_leaves=False))
-            for step in rs.trace:
-                if step.primitive != "hoist":
-                    try:
-                        table_rs.replay([step.as_json()])
-                    except ScheduleError:
-                        pass
-    table_rs.finalize()
-    mod = split_per_level(table_rs.func, table_rs.lowered.first_level) if table_rs.plan.per_level else table_rs.mod
-    executable = build_module(mod, target, table_rs.plan.pass_config())
-    table_model = CompiledModel(model, table_rs.lowered.signature, executable, target, table_rs.plan,
-                                weight_arrays(model, table_rs, {}), "hoist-tables")
-    vocabulary = [data.Node(word=w) for w in range(model.vocab_bound)]
-    lin = table_model.linearize(vocabulary)
-    _, states = table_model.run(lin)
-    rows = lin.node_slots
-    return {table: states[i][rows].copy() for i, (_, table) in enumerate(rs.plan.hoisted)}

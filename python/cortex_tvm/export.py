@@ -10,7 +10,8 @@ The directory holds:
                 plan, the kernel signature (`signature.KernelSignature`: per-node inputs,
                 children, weights in the model's layout before packing, states, structure
                 kind), the visible state shapes, vocabulary bound, weight aliases, versions
-  weights.npz   the weight arguments exactly as the kernel takes them (packed, hoisted tables)
+  weights.npz   the model's weights in the model's layout (`KernelSignature.model_weights`); the
+                module's parameter transforms (packing, leaf tables) run on them at load
 Each file is written to a temporary name and renamed into place; meta.json comes last.
 meta.json also records each file's size and sha256, its own digest, and the CPU the code
 was compiled for (triple, mcpu, mattr, LLVM features): `load` checks all of them before it
@@ -30,13 +31,15 @@ import numpy as np
 import tvm
 from tvm.target import Target
 
-from . import integrity, passes
+from . import integrity
 from .schedule import RuntimePlan
 from .signature import KernelSignature
 from .version import __version__
 from .weights import checked_weights
 
-FORMAT = 3      # 3: the kernel signature and the applied trace; 2: file digests, meta seal, CPU features
+#: 4: model-layout weights and the parameter transform function; 3: the kernel signature and the
+#: applied trace; 2: file digests, meta seal, CPU features
+FORMAT = 4
 LIB, META, WEIGHTS = "lib.so", "meta.json", "weights.npz"
 
 
@@ -86,7 +89,7 @@ def export(compiled, path) -> str:
 
     def write_weights(tmp):
         with open(tmp, "wb") as f:
-            np.savez(f, **{name: a for (name, _, _), a in zip(signature.weights, compiled._weights)})
+            np.savez(f, **compiled.model_weights)
     files[WEIGHTS] = _atomic(os.path.join(path, WEIGHTS), write_weights)
     meta = integrity.seal({**meta, "files": files})
 
@@ -118,8 +121,8 @@ def _read_meta(path):
 
 
 def _given_weights(meta, signature, weights):
-    """User weights in the kernel parameters' layout (before packing): validated, float32 copies."""
-    expected = {name: (shape, dtype) for name, shape, dtype in signature.weights}
+    """User weights in the model's layout: validated, float32 copies."""
+    expected = {name: (shape, dtype) for name, shape, dtype in signature.model_weights()}
     return checked_weights(weights, expected, meta.get("aliases", {}), "load")
 
 
@@ -128,10 +131,10 @@ def read(path, weights=None) -> dict:
     the keyword arguments of `CompiledModel`, plus "model_name".  `runtime.load` builds the
     CompiledModel from them; this module stays below the runtime.
 
-    weights: None (the bundled ones) or a dict name -> numpy array / torch tensor
-    with exactly the kernel's weight parameters (meta.json "signature" "weights": the
-    model's weight names, or for a hoisted schedule the `<state>_table` leaf tables)
-    in the model's layout (unpacked; packing is redone here), float32.
+    weights: None (the bundled ones) or a dict name -> numpy array / torch tensor with
+    exactly the model's weights (meta.json "signature": the transform's inputs and the
+    kernel's other weights) in the model's layout, float32; packing and leaf tables are
+    computed from them by the module's transform function, as after compile().
     """
     path = os.fspath(path)
     meta = _read_meta(path)
@@ -141,18 +144,11 @@ def read(path, weights=None) -> dict:
     if weights is None:
         try:
             with np.load(os.path.join(path, WEIGHTS)) as npz:
-                arrays = [np.ascontiguousarray(npz[name]) for name, _, _ in signature.weights]
+                arrays = {name: np.ascontiguousarray(npz[name]) for name, _, _ in signature.model_weights()}
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
             raise ValueError(f"load: {os.path.join(path, WEIGHTS)} is unreadable ({err})") from err
     else:
-        given = _given_weights(meta, signature, weights)
-        packs = {p[0]: p[1:] for p in plan.packs}
-        arrays = []
-        for name, _, dtype in signature.weights:
-            a = given[name]
-            if name in packs:
-                a = passes.pack_array(a, passes.tile_axis(*packs[name]))
-            arrays.append(np.array(a, dtype=dtype, order="C", copy=True))
+        arrays = _given_weights(meta, signature, weights)
     executable = tvm.runtime.Executable(tvm.runtime.load_module(os.path.join(path, LIB)))
     return {"model": SimpleNamespace(vocab_bound=meta["vocab_bound"], aliases=meta.get("aliases", {})),
             "signature": signature, "executable": executable, "target": Target(meta["target"]), "plan": plan,

@@ -38,8 +38,9 @@ from . import ra
 from .signature import KernelSignature
 
 FUNC_NAME = "cortex_main"
-
-
+#: the parameter transforms (leaf tables, packed weights) beside the kernel in the same IRModule,
+#: run once when a model is compiled or loaded (Relax's LiftTransformParams, for recursion)
+TRANSFORM_FUNC = "cortex_transform_params"
 
 
 @dataclass
@@ -186,7 +187,7 @@ def _te_compute(shape, variables, expr, name):
 
 
 # ----------------------------------------------------------------------------- step 2: splice
-def _rebase(stmt, rows: dict, hidden_reads: set):
+def _rebase(stmt, rows: dict, hidden_reads: set, identity=frozenset()):
     """Rewrite accesses of stage buffers to function buffers.
 
     rows: te buffer -> (function buffer, row offset expr): element [j, ...] becomes
@@ -194,12 +195,15 @@ def _rebase(stmt, rows: dict, hidden_reads: set):
     read regions: the recursive states read at children.  Those rows belong to
     earlier levels, so they carry no dependence inside a level, and listing them
     would make every block look like it reads what the level writes.
+    identity: te buffers whose load `t[x]` becomes `x` (a table's row is its word).
     """
     def index(buf, idx):
         new_buf, off = rows[buf]
         return new_buf, [off + idx[0]] + list(idx[1:]) if off is not None else list(idx)
 
     def on_load(ld):
+        if ld.source in identity:
+            return ld.indices[0]
         if ld.source in rows:
             buf, idx = index(ld.source, ld.indices)
             return tirx.BufferLoad(buf, idx)
@@ -232,11 +236,15 @@ def _rebase(stmt, rows: dict, hidden_reads: set):
                                          (tvm.ir.TensorRegion, on_region)], order="post")
 
 
-def _splice(stage: Stage, buffers: dict, level_start, level_end, num_slots):
-    """Add a stage's loop nest to the block being built, for nodes [level_start, level_end)."""
-    rows = {}
+def _splice(stage: Stage, buffers: dict, level_start, level_end, num_slots, identity=()):
+    """Add a stage's loop nest to the block being built, for nodes [level_start, level_end).
+
+    identity: per-node inputs read as the node's own position (a table over the vocabulary).
+    """
+    rows, identity_bufs = {}, {stage.placeholders[k] for k in identity}
     for key, te_buf in stage.placeholders.items():
-        rows[te_buf] = (buffers[key], None)
+        if key not in identity:
+            rows[te_buf] = (buffers[key], None)
     for state, te_buf in stage.outputs.items():
         rows[te_buf] = (buffers[state], level_start)
     for scratch in stage.func.body.block.alloc_buffers:   # indexed by node id (see dense_index)
@@ -244,7 +252,7 @@ def _splice(stage: Stage, buffers: dict, level_start, level_end, num_slots):
         IRBuilder.name(scratch.name, new)
         rows[scratch] = (new, level_start)
     hidden = {te_buf for key, te_buf in stage.placeholders.items() if isinstance(key, ra.RecState)}
-    body = _rebase(stage.func.body.block.body, rows, hidden)
+    body = _rebase(stage.func.body.block.body, rows, hidden | identity_bufs, identity_bufs)
     size_var = _level_size_var(stage)
     variables = {stage.offset: level_start}
     if size_var is not None:
@@ -257,6 +265,44 @@ def _level_size_var(stage: Stage):
     """The var create_prim_func made for the level size (the outputs' first dimension)."""
     first = next(iter(stage.outputs.values())).shape[0]
     return first if isinstance(first, tvm.ir.Var) else None
+
+
+def _arg(name, shape, dtype):
+    # align = element size: callers pass numpy arrays, which are not
+    # 64-byte aligned, so the code must not use aligned vector loads
+    return Tb.arg(name, Tb.buffer(shape, dtype, buffer_name=name, align=4))
+
+
+def _whole(buf):
+    return buf[tuple(slice(0, d) for d in buf.shape)]
+
+
+def lower_tables(program: ra.RecProgram, word: ra.NodeInput, tables: dict) -> tirx.PrimFunc:
+    """The leaf case of `program` for every value of `word`, as the transform function.
+
+    tables: RecState -> the ra.Weight that holds its leaf value per word.  In a
+    `tables` scope block, row w of each table is the leaf state of a leaf whose
+    word is w: the leaf stage spliced over positions [0, word.bound) with
+    `word[n]` read as n.  Its blocks are scheduled like any other.
+    """
+    stage = build_stage(program, "leaf")
+    other = [k for k in stage.placeholders if not isinstance(k, ra.Weight) and k is not word]
+    if other:
+        raise ValueError(f"the leaf case reads {other} besides {word.name!r} and weights")
+    inputs = sorted((k for k in stage.placeholders if isinstance(k, ra.Weight)), key=lambda w: w.order)
+    with IRBuilder() as ib:
+        with Tb.prim_func(s_tir=True):
+            Tb.func_name(TRANSFORM_FUNC)
+            Tb.func_attr({"tirx.noalias": True})
+            buffers = {w: _arg(w.name, w.shape, w.dtype) for w in inputs}
+            outputs = {s: _arg(t.name, t.shape, t.dtype) for s, t in tables.items()}
+            with Tb.sblock("root"):
+                with Tb.sblock("tables"):
+                    Tb.reads(*[_whole(b) for b in buffers.values()])
+                    Tb.writes(*[_whole(b) for b in outputs.values()])
+                    rows = tirx.IntImm("int32", word.bound)
+                    _splice(stage, {**buffers, **outputs}, tirx.IntImm("int32", 0), rows, rows, identity=(word,))
+    return ib.get()
 
 
 def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
@@ -280,11 +326,7 @@ def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
             IRBuilder.name("num_levels_plus_1", L1)
             IRBuilder.name("batch", B)
 
-            def buffer(name, shape, dtype):
-                # align = element size: callers pass numpy arrays, which are not
-                # 64-byte aligned, so the code must not use aligned vector loads
-                return Tb.arg(name, Tb.buffer(shape, dtype, buffer_name=name, align=4))
-
+            buffer = _arg
             buffers, params = {}, []
             for inp in node_inputs:
                 buffers[inp] = buffer(inp.name, (N,), "int32")
@@ -307,8 +349,8 @@ def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
             out = buffer("out", (B,) + out_state.shape, out_state.dtype)
             params.append("out")
 
-            everything = [b[tuple(slice(0, d) for d in b.shape)] for b in buffers.values()]
-            states = [buffers[s][tuple(slice(0, d) for d in buffers[s].shape)] for s in program.states]
+            everything = [_whole(b) for b in buffers.values()]
+            states = [_whole(buffers[s]) for s in program.states]
             with Tb.sblock("root"):
                 if specialized:
                     with Tb.sblock("leaves"):
@@ -334,8 +376,12 @@ def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
 
 
 # ----------------------------------------------------------------------------- the pipeline
-def lower(program: ra.RecProgram, specialize_leaves: bool = True, dump=None) -> Lowered:
-    """Run the lowering steps; `dump(step_name, ir)` sees the IR after each."""
+def lower(program: ra.RecProgram, specialize_leaves: bool = True, dump=None, tables=None) -> Lowered:
+    """Run the lowering steps; `dump(step_name, ir)` sees the IR after each.
+
+    tables: (unhoisted program, word input, {state: table weight}) when `program`'s
+    leaves read tables (`hoist`): the module gets the transform function that fills them.
+    """
     names = ("leaf", "internal") if specialize_leaves else ("both",)
     stages = {name: build_stage(program, name) for name in names}
     if dump:
@@ -344,4 +390,9 @@ def lower(program: ra.RecProgram, specialize_leaves: bool = True, dump=None) -> 
     lowered = assemble(program, stages)
     if dump:
         dump("assemble", lowered.func)
+    if tables is not None:
+        transform = lower_tables(*tables)
+        lowered.mod = tvm.IRModule({FUNC_NAME: lowered.func, TRANSFORM_FUNC: transform})
+        if dump:
+            dump("lower_tables", transform)
     return lowered

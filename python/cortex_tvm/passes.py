@@ -9,11 +9,12 @@ from __future__ import annotations
 import numpy as np
 import tvm
 import tvm_ffi
-from tvm import tirx
+from tvm import te, tirx
 
 
-def _map_loads_and_regions(func, buffer, new_buffer, index_fn):
-    """Point every load of `buffer` at `new_buffer` with indices `index_fn(*old)`."""
+def _map_loads_and_regions(func, buffer, new_buffer, index_fn, keep_param=False):
+    """Point every load of `buffer` at `new_buffer` with indices `index_fn(*old)`; the parameter
+    itself becomes `new_buffer` unless `keep_param`."""
 
     def on_load(ld):
         if ld.source.same_as(buffer):
@@ -32,6 +33,8 @@ def _map_loads_and_regions(func, buffer, new_buffer, index_fn):
 
     func = tvm_ffi.structural_map(func, [(tvm.ir.TensorLoad, on_load), (tvm.ir.TensorRegion, on_region),
                                          (tirx.BufferStore, on_store)], order="post")
+    if keep_param:
+        return func
     return tvm_ffi.structural_map(func, (tvm.ir.Var, lambda v: new_buffer if v.same_as(buffer) else v),
                                   order="post")
 
@@ -71,12 +74,76 @@ def tile_axis(axis: int, tile: int, groups: int = 1, extent: int | None = None):
     return index_fn
 
 
-def pack_buffer(func, name: str, index_fn):
-    """Replace parameter `name` by a packed buffer; loads W[i] become WP[index_fn(i)]."""
+def untile_axis(axis: int, tile: int, groups: int = 1, extent: int | None = None):
+    """The inverse of `tile_axis`: a packed index -> the index it came from."""
+    def index_fn(*packed):
+        first, *rest, last = packed
+        if groups == 1:
+            a = first * tile + last
+        else:
+            a = (last // tile) * (extent // groups) + first * tile + last % tile
+        return (*rest[:axis], a, *rest[axis:])
+    return index_fn
+
+
+def _buffer(name, shape, dtype):
+    # align = element size: callers pass numpy arrays, which are not 64-byte aligned
+    return tirx.decl_buffer(shape, dtype, name=name, data_alignment=4)
+
+
+def pack_buffer(func, name: str, index_fn, packed_name: str):
+    """Replace parameter `name` by the packed `packed_name`; loads W[i] become WP[index_fn(i)]."""
     buffer = _param(func, name)
-    shape = packed_shape([int(d) for d in buffer.shape], index_fn)
-    new_buffer = tirx.decl_buffer(shape, buffer.dtype, name=name, data_alignment=4)
+    new_buffer = _buffer(packed_name, packed_shape([int(d) for d in buffer.shape], index_fn), buffer.dtype)
     return _map_loads_and_regions(func, buffer, new_buffer, index_fn)
+
+
+def add_pack(transform, raw_spec, packed_name: str, index_fn, inverse_fn, func_name: str):
+    """The transform function with one more output: `packed_name`, the weight `raw_spec` =
+    (name, shape, dtype) laid out by `index_fn`, written first (its block: `pack_<name>`).
+    Its own reads of the weight (a leaf table's) move to the packed copy.  `transform` None:
+    a new function `func_name` holding just the pack."""
+    name, shape, dtype = raw_spec
+    packed = _buffer(packed_name, packed_shape(shape, index_fn), dtype)
+    params = [] if transform is None else list(transform.params)
+    raw = next((p for p in params if p.name == name), None)
+    if raw is None:
+        raw = _buffer(name, shape, dtype)
+        params.insert(0, raw)
+    else:
+        transform = _map_loads_and_regions(transform, raw, packed, index_fn, keep_param=True)
+    source = te.placeholder(shape, dtype, name=name)
+    target = te.compute(packed.shape, lambda *p: source[inverse_fn(*p)], name=f"pack_{name}")
+    made = te.create_prim_func([source, target])
+    swap = {made.params[0]: raw, made.params[1]: packed}
+    nest = tvm_ffi.structural_map(made.body.block.body, (tvm.ir.Var, lambda v: swap.get(v, v)), order="post")
+    if transform is None:
+        body, allocs, attrs = nest, [], {"global_symbol": func_name, "tirx.noalias": True}
+    else:
+        root = transform.body.block
+        body, allocs, attrs = tirx.SeqStmt([nest, root.body]), root.alloc_buffers, dict(transform.attrs)
+    block = tvm.s_tir.stmt.SBlock([], [], [], "root", body, None, allocs, [], {})
+    func = tirx.PrimFunc(params + [packed], tvm.s_tir.stmt.SBlockRealize([], True, block))
+    for key, value in attrs.items():
+        func = func.with_attr(key, value)
+    return func
+
+
+def buffer_params(func) -> list:
+    """(name, shape, dtype) of each buffer parameter, in order (int extents as ints)."""
+    return [(p.name, tuple(int(d) if isinstance(d, tirx.IntImm) else str(d) for d in p.shape), str(p.dtype))
+            for p in func.params if hasattr(p.ty, "shape")]
+
+
+def written_params(func) -> set:
+    """Names of the parameters `func` stores to."""
+    params, written = {p.name for p in func.params}, set()
+
+    def on_store(st):
+        if st.buffer.name in params:
+            written.add(st.buffer.name)
+    tvm_ffi.structural_walk(func, (tirx.BufferStore, on_store), order="pre")
+    return written
 
 
 def _param(func, name):

@@ -19,8 +19,9 @@ freshly allocated output.  The kernel's scalar parameter `max_level_size`
 (it sizes the dense scratchpads) cannot be a Relax argument of this TVM (no
 PrimValue), so the PrimFunc is rewritten to read it as the extent of an
 extra int32 buffer parameter; `main` gets it as a `R.Shape([m])` input and
-allocates a placeholder of that size.  Weights (packed and hoisted as the
-schedule says) are Relax constants.
+allocates a placeholder of that size.  Weights are Relax constants: the
+kernel's arguments, which the schedule's parameter transforms (packing, leaf
+tables) compute from the model's weights once, when the call is made.
 
 `RecursiveCall` is the building block: `emit(bb)` emits the call inside a
 BlockBuilder function whose parameters include `call.params`, so a model
@@ -34,7 +35,7 @@ import tvm
 from tvm import relax, tirx
 
 from . import build as _build
-from .runtime import weight_arrays
+from .runtime import kernel_weights, model_weight_arrays
 
 __all__ = ["RecursiveCall", "as_relax"]
 
@@ -58,12 +59,11 @@ class RecursiveCall:
         if rs.plan.per_level:
             raise ValueError(f"as_relax: recipe {recipe.name!r} uses per-level kernels; Relax embedding "
                              "needs a single-kernel schedule (pass schedule=... without per_level_kernels)")
-        tables = _build.hoisted_tables(model, rs, recipe, tgt) if rs.plan.hoisted else {}
         self.model, self.target, self.plan, self.recipe_name = model, tgt, rs.plan, recipe.name
-        self.signature = rs.lowered.signature
+        self.signature = rs.signature
         self.pass_config = rs.plan.pass_config()
         self.func = _with_shape_param(rs.func, "max_level_size")
-        self.weights = weight_arrays(model, rs, tables)
+        self.weights = self._transformed_weights(rs)
         self.states = self.signature.states
 
         sizes = {name: tirx.Var(name, "int64") for name in ("num_slots", "num_levels_plus_1", "batch")}
@@ -79,6 +79,18 @@ class RecursiveCall:
             else:
                 shape = [sizes.get(d, d) for d in p.shape]
                 self.params.append(relax.Var(p.name, relax.TensorType(shape, p.dtype)))
+
+    def _transformed_weights(self, rs) -> list:
+        """The kernel's weight arguments (Relax constants): the model's weights through the
+        module's parameter transforms, run once on the target's device, as `compile()` runs them."""
+        model_weights = model_weight_arrays(self.model, self.signature)
+        if not self.signature.transform:
+            return [model_weights[n] for n, _, _ in self.signature.weights]
+        device = tvm.cuda(0) if self.target.kind.name == "cuda" else tvm.cpu(0)
+        executable = _build.build_module(rs.finalize().module(), self.target, self.pass_config)
+        arrays = kernel_weights(executable, self.signature, model_weights,
+                                lambda a: tvm.runtime.tensor(np.ascontiguousarray(a), device))
+        return [a.numpy() for a in arrays]
 
     @property
     def out_type(self):

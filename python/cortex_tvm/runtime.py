@@ -7,22 +7,35 @@ import numpy as np
 
 from . import export as _export
 from . import linearize as _linearize
-from . import passes
 from . import torch_interop
-from .lower import FUNC_NAME
+from .lower import FUNC_NAME, TRANSFORM_FUNC
 from .schedule.kernels import LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC
 
 
-def weight_arrays(model, rs, tables: dict) -> list:
-    """The weight arguments in parameter order: packed as the schedule says, hoisted tables included."""
-    packs = {p[0]: p[1:] for p in rs.plan.packs}
-    out = []
-    for w in rs.lowered.weights:
-        array = tables[w.name] if w.name in tables else model.weights[w.name]
-        if w.name in packs:
-            array = passes.pack_array(array, passes.tile_axis(*packs[w.name]))
-        out.append(np.array(array, dtype=w.dtype, order="C", copy=True))   # the model's later edits stay out
-    return out
+def kernel_weights(executable, signature, model_weights: dict, put=np.ascontiguousarray) -> list:
+    """The kernel's weight arguments from the model's weights (name -> array, model layout).
+
+    With parameter transforms (`hoist`'s tables, `pack`'s layouts) the module's
+    `cortex_transform_params` computes them, once, on the target, from the model's weights;
+    the other weights pass through.  `put` places an array (e.g. on a device).
+    """
+    produced = {}
+    if signature.transform:
+        args = []
+        for name, shape, dtype, written in signature.transform:
+            array = put(np.empty(shape, dtype) if written else model_weights[name])
+            if written:
+                produced[name] = array
+            args.append(array)
+        executable[TRANSFORM_FUNC](*args)
+    return [produced[name] if name in produced else put(model_weights[name]) for name, _, _ in signature.weights]
+
+
+def model_weight_arrays(model, signature) -> dict:
+    """The model's weights the kernel needs (`signature.model_weights`), as float copies:
+    the model's later edits stay out."""
+    return {name: np.array(model.weights[name], dtype=dtype, order="C", copy=True)
+            for name, _, dtype in signature.model_weights()}
 
 
 def launch(functions, args, lin, signature, plan):
@@ -52,7 +65,8 @@ def kernel_names(plan) -> tuple:
 class CompiledModel:
     """A compiled recursive model: `compiled(trees)` -> root states, numpy (B, *state shape).
 
-    Weights are copied in at compile time.  Each thread gets its own state
+    `weights` are the model's (name -> array, the model's layout; `signature.model_weights`):
+    the parameter transforms run on them here, once.  Each thread gets its own state
     buffers, so one CompiledModel can be called from several threads at once
     (docs/threads.md).
     """
@@ -80,7 +94,9 @@ class CompiledModel:
         self.state_shapes = tuple(tuple(int(d) for d in shape) for shape in state_shapes) if state_shapes \
             else tuple(shape for _, shape, _ in self._states)
         self._unpad = tuple(slice(0, d) for d in self.state_shapes[0])
-        self._weights = weights
+        #: the model's weights (exported as they are) and the kernel's arguments made from them
+        self.model_weights = weights
+        self._weights = None if target.kind.name == "cuda" else kernel_weights(executable, signature, weights)
         self._workspace = _Workspace()
         self._functions = [executable[n] for n in kernel_names(plan)]
 
@@ -130,12 +146,12 @@ class CompiledModel:
         def put(array):
             return tvm.runtime.tensor(np.ascontiguousarray(array), device=device)
 
-        if getattr(self, "_cuda_weights", None) is None:
-            self._cuda_weights = [put(w) for w in self._weights]      # uploaded once
+        if self._weights is None:       # uploaded and transformed on the device, once
+            self._weights = kernel_weights(self.executable, self.signature, self.model_weights, put)
         states = [put(np.zeros((lin.num_slots,) + shape, dtype)) for _, shape, dtype in self._states]
         _, shape, dtype = self._states[0]
         out = put(np.empty((len(lin.roots),) + shape, dtype))
-        launch(self._functions, self.signature.structure_args(lin, put) + [*self._cuda_weights, *states, out],
+        launch(self._functions, self.signature.structure_args(lin, put) + [*self._weights, *states, out],
                lin, self.signature, self.plan)
         device.sync()
         return self._visible(out.numpy()), [s.numpy() for s in states]

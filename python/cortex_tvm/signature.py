@@ -43,6 +43,9 @@ class KernelSignature:
     kind: str = "tree"
     #: leaves have their own loop nest; the level loop starts at level 1
     specialized: bool = True
+    #: the parameter transform function's parameters (name, shape, dtype, written) in call order:
+    #: model weights in, packed weights and leaf tables out (`hoist`, `pack`); () without one
+    transform: tuple = ()
 
     @classmethod
     def of(cls, program, weights, node_inputs, uses_num_children, specialized) -> "KernelSignature":
@@ -66,6 +69,13 @@ class KernelSignature:
         out += [Param(name, "state", ("num_slots",) + shape, dtype) for name, shape, dtype in self.states]
         _, shape, dtype = self.states[0]
         return out + [Param("out", "out", ("batch",) + shape, dtype)]
+
+    def model_weights(self) -> list:
+        """(name, shape, dtype) of the weights a user gives, in the model's layout: the transform's
+        inputs, then the kernel's weights that no transform produces."""
+        out = [(n, s, d) for n, s, d, written in self.transform if not written]
+        produced = {n for n, _, _, written in self.transform if written} | {n for n, _, _ in out}
+        return out + [w for w in self.weights if w[0] not in produced]
 
     @property
     def first_level(self) -> int:
@@ -98,7 +108,8 @@ class KernelSignature:
                 "uses_num_children": self.uses_num_children,
                 "weights": [[n, list(s), d] for n, s, d in self.weights],
                 "states": [[n, list(s), d] for n, s, d in self.states],
-                "kind": self.kind, "specialized": self.specialized}
+                "kind": self.kind, "specialized": self.specialized,
+                "transform": [[n, list(s), d, w] for n, s, d, w in self.transform]}
 
     @classmethod
     def from_json(cls, data: dict) -> "KernelSignature":
@@ -108,6 +119,7 @@ class KernelSignature:
                        int(data["max_children"]), bool(data["uses_num_children"]),
                        tuple((str(n), tuple(int(x) for x in s), str(d)) for n, s, d in data["weights"]),
                        tuple((str(n), tuple(int(x) for x in s), str(d)) for n, s, d in data["states"]),
-                       str(data["kind"]), bool(data["specialized"]))
+                       str(data["kind"]), bool(data["specialized"]),
+                       tuple((str(n), tuple(int(x) for x in s), str(d), bool(w)) for n, s, d, w in data["transform"]))
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"kernel signature: malformed ({err!r})") from None

@@ -46,6 +46,17 @@ def ptx(compiled):
         return {key: f.result() for key, f in futures.items()}
 
 
+#: kernels of the parameter transform function: one per packed weight (TreeFC: W; TreeLSTM: U, W)
+#: and, with hoist, the leaf tables (one word per thread block)
+TRANSFORM_KERNELS = {"TreeFC": 1, "TreeLSTM": 3}
+
+
+def _split_kernels(names):
+    """(the inference's kernels, the parameter transforms' kernels)."""
+    transforms = [n for n in names if n.startswith("cortex_transform_params_kernel")]
+    return [n for n in names if n not in transforms], transforms
+
+
 # ------------------------------------------------------------------------------ CUDA source
 @pytest.mark.parametrize("name,strategy", CASES)
 def test_compiles_to_cuda_source(compiled, name, strategy):
@@ -60,7 +71,9 @@ def test_compiles_to_cuda_source(compiled, name, strategy):
 def test_per_level_source_structure(compiled, name):
     _, c, src = compiled[name, "per_level"]
     assert c.plan.per_level
-    assert sorted(kernel_definitions(src)) == ["cortex_leaves_kernel", "cortex_level_kernel", "cortex_roots_kernel"]
+    kernels, transforms = _split_kernels(kernel_definitions(src))
+    assert sorted(kernels) == ["cortex_leaves_kernel", "cortex_level_kernel", "cortex_roots_kernel"]
+    assert len(transforms) == TRANSFORM_KERNELS[name]
     assert "grid_sync" not in src and "cooperative_groups" not in src
     level = src[src.index("cortex_level_kernel(", src.index("cortex_level_kernel(") + 1):]
     level = level[:level.index("\n}\n")]
@@ -78,7 +91,8 @@ def test_per_level_source_structure(compiled, name):
 def test_single_kernel_source_structure(compiled, name):
     model, c, src = compiled[name, "single"]
     assert not c.plan.per_level
-    assert kernel_definitions(src) == ["cortex_main_kernel"]
+    kernels, transforms = _split_kernels(kernel_definitions(src))
+    assert kernels == ["cortex_main_kernel"] and len(transforms) == TRANSFORM_KERNELS[name]
     assert "#include <cooperative_groups.h>" in src and "cg::this_grid().sync()" in src
     body = src[src.index("cortex_main_kernel(", src.index("cortex_main_kernel(") + 1):]
     # one barrier after the leaves and one per level: two call sites
@@ -102,7 +116,7 @@ def test_weights_are_read_coalesced(compiled):
     """pack() in the CUDA recipes puts the thread index innermost in weight reads."""
     for key in (("TreeLSTM", "single"), ("TreeFC", "per_level")):
         src = compiled[key][2]
-        weight = "U_ptr" if key[0] == "TreeLSTM" else "W_ptr"
+        weight = "U_packed_ptr" if key[0] == "TreeLSTM" else "W_packed_ptr"
         reads = re.findall(weight + r"\[(.*?)\]", src)
         assert reads and all(r.endswith("+ ((int)threadIdx.x))") for r in reads), reads
 
@@ -111,7 +125,8 @@ def test_weights_are_read_coalesced(compiled):
 @pytest.mark.parametrize("name,strategy", CASES)
 def test_ptx_structure(ptx, name, strategy):
     text = ptx[name, strategy]
-    entries = re.findall(r"\.entry\s+(\w+)", text)
+    entries, transforms = _split_kernels(re.findall(r"\.entry\s+(\w+)", text))
+    assert len(transforms) == TRANSFORM_KERNELS[name]
     if strategy == "per_level":
         assert sorted(entries) == ["cortex_leaves_kernel", "cortex_level_kernel", "cortex_roots_kernel"]
         assert "atom.add.release.gpu" not in text

@@ -17,8 +17,7 @@ from tvm import tirx
 
 import reference
 from cortex_tvm import build
-from cortex_tvm.runtime import CompiledModel, weight_arrays
-from cortex_tvm.schedule import split_per_level
+from cortex_tvm.runtime import CompiledModel, model_weight_arrays
 
 import cortex_tvm as ct
 from _gpu_common import H, MODELS, recipe
@@ -36,12 +35,13 @@ def test_per_level_gpu_schedule_matches_reference_on_cpu(sst, name):
     model = getattr(ct.models, name)(hidden_size=H, vocab_size=len(vocab))
     rs, used = build.schedule_model(model, build.make_target("cuda"), recipe(name, "per_level"))
     assert "thread_binding" in rs.show()
-    func = tvm_ffi.structural_map(rs.func, (tirx.For, _serial), order="post")
+    # every function, the parameter transforms (GPU-bound leaf tables and packing) included
+    mod = tvm.IRModule({gv.name_hint: tvm_ffi.structural_map(f, (tirx.For, _serial), order="post")
+                        for gv, f in rs.finalize().module().functions.items()})
     target = build.make_target("llvm")
-    executable = build.build_module(split_per_level(func, rs.lowered.first_level), target)
-    tables = build.hoisted_tables(model, rs, used, build.make_target("cuda")) if rs.plan.hoisted else {}
-    emulated = CompiledModel(model, rs.lowered.signature, executable, target, rs.plan, weight_arrays(model, rs, tables),
-                             "emu")
+    executable = build.build_module(mod, target)
+    emulated = CompiledModel(model, rs.signature, executable, target, rs.plan,
+                             model_weight_arrays(model, rs.signature), "emu")
     weights = {k: np.array(v) for k, v in model.weights.items()}
     batch = trees[:100]
     ref = reference.tree_fc(batch, weights) if name == "TreeFC" else reference.tree_lstm(batch, weights)[0]

@@ -72,7 +72,7 @@ def _edit_meta(path, edit, reseal=False):
 def test_intact_export_loads_and_records_digests(exported, tmp_path):
     path, trees, want = exported
     meta = json.load(open(os.path.join(path, export.META), encoding="utf-8"))
-    assert meta["format"] == 3 and set(meta["files"]) == {export.LIB, export.WEIGHTS}
+    assert meta["format"] == 4 and set(meta["files"]) == {export.LIB, export.WEIGHTS}
     for name, digest in meta["files"].items():
         assert digest == integrity.file_digest(os.path.join(path, name))
     assert meta["cpu"]["mcpu"] and "sse2" in meta["cpu"]["features"]

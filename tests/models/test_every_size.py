@@ -101,7 +101,10 @@ def test_avx2_code_runs_here(name):
     """`mcpu=haswell` builds AVX2 code (16 ymm registers); it runs on any x86-64 host with AVX2."""
     _, compiled = _check(name, 37, 37, target={"kind": "llvm", "mcpu": "haswell"})
     assert "haswell" in str(compiled.target)
-    ir = compiled.inspect_source()                 # LLVM IR: 8-lane vectors, never 16
+    # LLVM IR of the inference: 8-lane vectors, never 16.  The parameter transforms run once
+    # and are left to LLVM's loop vectorizer, which may use wider virtual vectors there.
+    chunks = compiled.inspect_source().split("\ndefine ")
+    ir = "\n".join(c for c in chunks if "@cortex_transform_params" not in c[:c.find("(")])
     assert "<8 x float>" in ir and "<16 x float>" not in ir
 
 

@@ -72,8 +72,11 @@ def test_derived_ir_for_tree_lstm():
 
 def test_derived_ir_for_avx2_uses_8_lanes():
     rs = derive.derive(ct.RecSchedule(ct.models.TreeLSTM(32, 50).lower()), AVX2, node_tile=2)
-    tile = next(s.args for s in rs.trace if s.primitive == "tile_gemm")
-    assert tile["lanes"] == 8 and tile["node_tile"] == 2 and tile["column_tile"] == 8
+    tiles = {s.args["block"]: s.args for s in rs.trace if s.primitive == "tile_gemm"}
+    assert tiles["gates_sum"]["lanes"] == 8 and tiles["gates_sum"]["node_tile"] == 2
+    assert tiles["gates_sum"]["column_tile"] == 8
+    # the leaf tables of the parameter transform are tiled by the same rule
+    assert tiles["leaf_gates_sum"]["lanes"] == 8 and tiles["leaf_gates_sum"]["node_tile"] == 2
 
 
 def test_vectorize_reduction_ir_and_numbers():

@@ -1,9 +1,12 @@
-"""hoist: leaf states become lookups in per-word tables computed at compile time."""
+"""hoist: leaf states become lookups in per-word tables, which the module's parameter
+transform function computes once when the model is compiled or loaded."""
 import numpy as np
 import pytest
 
 import cortex_tvm as ct
 from cortex_tvm import ra
+from cortex_tvm.models.base import sigmoid
+from cortex_tvm.runtime import kernel_weights, model_weight_arrays
 
 from .irutil import block_names, find_block, loads, param, shape, stores, trace_names
 
@@ -39,6 +42,16 @@ def test_ir_before_and_after(fresh, vocab_size, name, states):
     assert block_names(find_block(func, "level").body) == block_names(find_block(before, "level").body)
     assert rs.plan.hoisted == tuple((s, f"{s}_table") for s in states)
     assert rs.unhoisted_program is not rs.lowered.program
+    # the leaf computation moved to the transform function beside the kernel, over the vocabulary:
+    # the same blocks as the leaves had, a word's row at the word itself (no word array)
+    transform = rs.transform_func
+    assert [p.name for p in transform.params][-len(states):] == [f"{s}_table" for s in states]
+    assert block_names(find_block(transform, "tables").body) == leaves_before
+    for s in states:
+        (store,) = stores(transform, f"{s}_table")
+        assert str(store.indices[0]).startswith("v_i0")
+    assert not loads(transform, "word") and loads(transform, "emb")
+    assert sorted(gv.name_hint for gv in rs.module().functions) == ["cortex_main", "cortex_transform_params"]
     assert trace_names(rs) == ["specialize_leaves", "hoist"]
     assert rs.trace[-1].args == {"budget_mb": 64.0}
 
@@ -106,3 +119,39 @@ def test_same_numbers_with_later_primitives(check_numbers):
         rs.vectorize_block("h_leaf")
     compiled = check_numbers("TreeLSTM", recipe)
     assert compiled.plan.hoisted == (("h", "h_table"), ("c", "c_table"))
+
+
+def test_tables_are_the_leaf_states_of_every_word(vocab_size):
+    """The transform function's tables against numpy's TreeLSTM leaf, word by word."""
+    model = ct.models.TreeLSTM(hidden_size=H, vocab_size=vocab_size)
+    rs = ct.RecSchedule(model.lower(specialize_leaves=False)).specialize_leaves().hoist()
+    rs.pack("W", axis=0, tile=16, groups=3)          # the tables read the packed W: packing runs first
+    before = ct.compile_count()
+    compiled = rs.build(model)
+    assert ct.compile_count() == before + 1           # one module: no second build for the tables
+    w = model.weights
+    i, o, u = np.split(w["emb"] @ w["W"].T + w["bW"], 3, axis=1)
+    c = sigmoid(i) * np.tanh(u)
+    h = sigmoid(o) * np.tanh(c)
+    args = dict(zip([n for n, _, _ in compiled.signature.weights],
+                    kernel_weights(compiled.executable, compiled.signature, compiled.model_weights)))
+    np.testing.assert_allclose(args["h_table"], h, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(args["c_table"], c, atol=1e-5, rtol=0)
+
+
+def test_export_keeps_model_weights_and_load_recomputes_the_tables(sst, tmp_path):
+    """An export holds the model's weights; load runs the transforms, so other weights in the
+    model's layout work for a hoisted, packed schedule too."""
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(hidden_size=H, vocab_size=len(vocab))
+    compiled = model.compile()
+    assert compiled.plan.hoisted and compiled.plan.packs
+    path = compiled.export(tmp_path / "m")
+    batch = trees[:30]
+    np.testing.assert_allclose(ct.load(path)(batch), compiled(batch), atol=1e-6, rtol=0)
+    other = ct.models.TreeLSTM(hidden_size=H, vocab_size=len(vocab), seed=7)
+    loaded = ct.load(path, weights=other.weights)
+    np.testing.assert_allclose(loaded(batch), other.reference(batch), atol=1e-4, rtol=0)
+    assert not np.allclose(loaded(batch), compiled(batch), atol=1e-3)
+    with pytest.raises(ValueError, match="missing weights.*emb"):
+        ct.load(path, weights={k: v for k, v in other.weights.items() if k != "emb"})

@@ -1,4 +1,4 @@
-"""pack: W[r, c] -> W[r // tile, c, r % tile], at compile time for the numpy weight as well."""
+"""pack: W[r, c] -> W_packed[r // tile, c, r % tile] in the kernel; the transform function writes W_packed."""
 import numpy as np
 import pytest
 import tvm
@@ -6,7 +6,7 @@ import tvm
 import cortex_tvm as ct
 from cortex_tvm import passes
 
-from .irutil import find_block, loads, param, shape, trace_names
+from .irutil import find_block, loads, param, shape, stores, trace_names
 
 H = 32
 
@@ -15,10 +15,20 @@ def test_ir_before_and_after(fresh):
     rs = fresh("TreeLSTM")
     assert shape(param(rs.func, "U")) == (5 * H, 2 * H)
     (before,) = loads(rs.func, "U")
+    assert rs.transform_func is None
     assert rs.pack("U", axis=0, tile=32) is rs
     func = rs.func
-    assert shape(param(func, "U")) == (5 * H // 32, 2 * H, 32)
-    (after,) = loads(func, "U")
+    # the kernel reads the packed copy, which the parameter transform function writes
+    assert "U" not in [p.name for p in func.params]
+    assert shape(param(func, "U_packed")) == (5 * H // 32, 2 * H, 32)
+    transform = rs.transform_func
+    assert [p.name for p in transform.params] == ["U", "U_packed"]
+    assert shape(param(transform, "U")) == (5 * H, 2 * H)
+    (pack_store,) = [s for s in stores(transform) if s.buffer.name == "U_packed"]
+    (pack_load,) = loads(transform, "U")
+    a, c, b = pack_store.indices
+    assert str(pack_load.indices[0]) == str(a * 32 + b) and str(pack_load.indices[1]) == str(c)
+    (after,) = loads(func, "U_packed")
     r, k = before.indices
     # U[r, k] -> U[r // 32, k, r % 32]
     want = [tvm.tirx.floordiv(r, 32), k, tvm.tirx.floormod(r, 32)]
@@ -27,9 +37,9 @@ def test_ir_before_and_after(fresh):
     for got, w in zip(after.indices, want):
         # the block iterators were renamed by no one: compare structurally with free vars mapped
         assert str(got) == str(w), (got, w)
-    assert loads(block, "U")
+    assert loads(block, "U_packed")
     # the read region covers the whole packed buffer
-    (region,) = [r for r in block.reads if r.source.name == "U"]
+    (region,) = [r for r in block.reads if r.source.name == "U_packed"]
     assert [int(x.extent) for x in region.region] == [5, 2 * H, 32]
     # other weights untouched
     assert shape(param(func, "W")) == (3 * H, H)
@@ -40,9 +50,10 @@ def test_ir_before_and_after(fresh):
 
 def test_pack_other_axis(fresh):
     rs = fresh("TreeLSTM").pack("U", axis=1, tile=16)
-    assert shape(param(rs.func, "U")) == (2 * H // 16, 5 * H, 16)
+    assert shape(param(rs.func, "U_packed")) == (2 * H // 16, 5 * H, 16)
     rs.pack("W", axis=0, tile=96)
-    assert shape(param(rs.func, "W")) == (1, H, 96)
+    assert shape(param(rs.func, "W_packed")) == (1, H, 96)
+    assert [p.name for p in rs.transform_func.params] == ["W", "U", "U_packed", "W_packed"]
     assert [p[:3] for p in rs.plan.packs] == [("U", 1, 16), ("W", 0, 96)]
 
 

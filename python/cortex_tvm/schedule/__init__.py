@@ -6,6 +6,9 @@ recursion-specific primitives (families in program.py, layout.py, loops.py,
 kernels.py); every `tvm.s_tir.Schedule` primitive is reachable on the same
 object (`rs.split`, `rs.get_loops`, ...) and applies to the blocks inside.
 """
+import tvm
+
+from ..lower import FUNC_NAME
 from .core import RecScheduleCore, RuntimePlan, ScheduleError, Step
 from .gpu import GpuPrimitives
 from .kernels import KernelPrimitives, split_per_level
@@ -31,6 +34,17 @@ class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimit
         """
         return model.build(self, target)
 
+    def module(self) -> "tvm.IRModule":
+        """The IRModule to build: the kernel (split into leaves / level / roots functions with
+        `per_level_kernels`) and, when there are any, the parameter transforms beside it."""
+        functions = self._functions()
+        kernel = functions.pop(FUNC_NAME)
+        mod = split_per_level(kernel, self.lowered.first_level) if self.plan.per_level \
+            else tvm.IRModule({FUNC_NAME: kernel})
+        for name, func in functions.items():
+            mod[name] = func
+        return mod
+
     def finalize(self):
         """Split reduction inits off tiled blocks (s_tir requires this after `parallel`).
 
@@ -38,7 +52,7 @@ class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimit
         """
         for block, loop_position in self._pending_decompose:
             if self.has_block(block):
-                b = self.sch.get_sblock(block)
+                b = self._block(block)
                 self.sch.decompose_reduction(b, self.sch.get_loops(b)[loop_position])
         self._pending_decompose = []
         return self

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field, replace
 import tvm
 from tvm import s_tir
 
-from ..lower import FUNC_NAME, Lowered
+from .. import passes
+from ..lower import FUNC_NAME, TRANSFORM_FUNC, Lowered
+from ..signature import KernelSignature
 
 
 class ScheduleError(ValueError):
@@ -88,9 +90,19 @@ class RecScheduleCore:
         self.sch = s_tir.Schedule(mod)
         self.sch.work_on(FUNC_NAME)
 
-    def _rewrite(self, rewrite_fn):
-        """Replace the function by `rewrite_fn(func)` (a TIR pass) and restart s_tir on it."""
-        self._reset(tvm.IRModule({FUNC_NAME: rewrite_fn(self.func)}))
+    def _functions(self) -> dict:
+        """name -> PrimFunc: the kernel, then the parameter transforms when there are any."""
+        mod = self.sch.mod
+        return {name: mod[name] for name in (FUNC_NAME, TRANSFORM_FUNC) if name in [g.name_hint for g in mod.functions]}
+
+    def _replace(self, **functions):
+        """Swap in new versions of some functions (a TIR pass's results) and restart s_tir on them."""
+        self._reset(tvm.IRModule({**self._functions(), **functions}))
+
+    def _rewrite(self, rewrite_fn, functions=(FUNC_NAME,)):
+        """Replace each named function f by `rewrite_fn(f)` (a TIR pass) and restart s_tir."""
+        current = self._functions()
+        self._replace(**{name: rewrite_fn(current[name]) for name in functions if name in current})
 
     def _record(self, primitive, **args):
         self.trace.append(Step(primitive, args))
@@ -107,16 +119,36 @@ class RecScheduleCore:
     def func(self):
         return self.sch.mod[FUNC_NAME]
 
+    @property
+    def transform_func(self):
+        """The parameter transforms (`hoist`'s tables, `pack`'s layouts), or None."""
+        return self._functions().get(TRANSFORM_FUNC)
+
+    @property
+    def signature(self) -> KernelSignature:
+        """The calling convention of the module as scheduled so far: the kernel's weight parameters
+        (packed, tables) and the transform's inputs and outputs (see `signature.KernelSignature`)."""
+        base = self.lowered.signature
+        structure = {p.name for p in base.params() if p.role not in ("weight",)}
+        weights = tuple(b for b in passes.buffer_params(self.func) if b[0] not in structure)
+        transform = ()
+        if self.transform_func is not None:
+            written = passes.written_params(self.transform_func)
+            transform = tuple((*b, b[0] in written) for b in passes.buffer_params(self.transform_func))
+        return replace(base, weights=weights, transform=transform)
+
     def show(self) -> str:
-        """The current TIR as TVMScript, then the trace that produced it (the record)."""
+        """The current TIR as TVMScript (the kernel, then the parameter transforms), then the
+        trace that produced it (the record)."""
         steps = self.trace_python() or "(no primitive applied)"
-        return self.func.script() + "\n# ---- trace\n" + "\n".join(f"# {line}" for line in steps.splitlines())
+        return "\n".join(f.script() for f in self._functions().values()) + "\n# ---- trace\n" + \
+            "\n".join(f"# {line}" for line in steps.splitlines())
 
     def block_names(self, scope: str | None = None) -> list:
         """Names of compute blocks, all or those inside a scope ("leaves" or "level")."""
         if scope is None:
             names = []
-            for s in ("leaves", "level"):
+            for s in ("tables", "leaves", "level"):
                 if self.has_block(s):
                     names += self.block_names(s)
             return names
@@ -126,19 +158,27 @@ class RecScheduleCore:
             out.append(self.sch.get(b).name_hint)
         return out
 
+    def _function_of(self, name: str):
+        """The name of the function holding block `name`, or None."""
+        for func_name in self._functions():
+            try:
+                self.sch.get_sblock(name, func_name)
+                return func_name
+            except Exception:  # noqa: BLE001 - s_tir raises a generic error for unknown names
+                continue
+        return None
+
     def has_block(self, name: str) -> bool:
-        try:
-            self.sch.get_sblock(name)
-            return True
-        except Exception:  # noqa: BLE001 - s_tir raises a generic error for unknown names
-            return False
+        return self._function_of(name) is not None
 
     def _block(self, name: str):
+        """A block of the kernel or of the parameter transforms (their names never collide)."""
         if not isinstance(name, str):
             raise ScheduleError(f"blocks are named by strings, got {type(name).__name__}")
-        if not self.has_block(name):
+        func_name = self._function_of(name)
+        if func_name is None:
             raise ScheduleError(f"no block named {name!r}; blocks are {self.block_names()}")
-        return self.sch.get_sblock(name)
+        return self.sch.get_sblock(name, func_name)
 
     # -- trace ---------------------------------------------------------------------------------
     def trace_json(self) -> str:

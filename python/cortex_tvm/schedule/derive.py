@@ -73,7 +73,7 @@ def _row_groups(expr, column, middle_iters):
 
 def find_gemm(rs, name: str, weights: set):
     """The block's Gemm description, or None when it is not a reduction against one weight."""
-    block = rs.sch.get(rs.sch.get_sblock(name))
+    block = rs.sch.get(rs._block(name))
     iters = list(block.iter_vars)
     kinds = [iv.iter_type for iv in iters]
     if REDUCE not in kinds or kinds != sorted(kinds) or kinds.count(_SPATIAL) < 2:
@@ -112,8 +112,8 @@ def find_gemm(rs, name: str, weights: set):
 
 
 def gemms(rs) -> list:
-    """Every GEMM block of the scheduled program, leaves first."""
-    weights = {w.name for w in rs.lowered.weights}
+    """Every GEMM block of the scheduled program (the leaf tables' first, when hoisted), leaves first."""
+    weights = {name for name, _, _ in rs.signature.model_weights()}
     return [g for g in (find_gemm(rs, name, weights) for name in rs.block_names()) if g is not None]
 
 
@@ -150,11 +150,11 @@ def weight_tiles(found: list, node_tile: int, lanes: int, registers: int, most: 
 def _leaves_compute(rs) -> bool:
     """Whether the leaf case does arithmetic worth a table (a reduction), not just a gather."""
     return any(iv.iter_type == REDUCE for name in rs.block_names("leaves")
-               for iv in rs.sch.get(rs.sch.get_sblock(name)).iter_vars)
+               for iv in rs.sch.get(rs._block(name)).iter_vars)
 
 
 def _is_untransformed(rs, name):
-    b = rs.sch.get_sblock(name)
+    b = rs._block(name)
     return len(rs.sch.get_loops(b)) == len(rs.sch.get(b).iter_vars)
 
 

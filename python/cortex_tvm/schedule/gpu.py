@@ -76,7 +76,9 @@ class GpuPrimitives:
     def bind_nodes(self, scope: str, threads: int = 0, local_accumulators: bool = True):
         """Map one scope's nodes to CUDA thread blocks and its output units to threads.
 
-        The node loops of `scope` ("leaves", "level" or "roots") get the
+        The node loops of `scope` ("leaves", "level", "roots", or "tables": the
+        parameter transform's leaf computation over the vocabulary, whose node
+        loop is already the constant vocabulary size) get the
         host-known extent `max_level_size` (roots: the batch size) with the
         guard `T.where(j < level size)`; the scope's blocks are fused under the
         node loop of its last block (compute_at, producers first), that loop
@@ -128,24 +130,23 @@ class GpuPrimitives:
                             with T.sblock("internal_h"):
                                 T.where(i0 < level_offsets[v_1 + 1] - level_offsets[v_1]) ...
         """
-        if scope not in ("leaves", "level", "roots"):
-            raise ScheduleError(f"bind_nodes: scope must be 'leaves', 'level' or 'roots', got {scope!r}")
+        if scope not in ("tables", "leaves", "level", "roots"):
+            raise ScheduleError(f"bind_nodes: scope must be 'tables', 'leaves', 'level' or 'roots', got {scope!r}")
         if scope in self._gpu_bound():
             raise ScheduleError(f"bind_nodes: {scope!r} is already bound")
         if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 1024:
             raise ScheduleError(f"bind_nodes: threads must be an int in [0, 1024] (0: automatic), got {threads!r}")
         if scope != "roots" and not self.has_block(scope):
-            raise ScheduleError(f"bind_nodes: no scope {scope!r} (leaves exist only after specialize_leaves)")
-        if self.plan.node_tile != 1 and scope != "roots":
-            pass   # padded levels: extents are (lo[l+1]-lo[l]) // k * k, handled the same way
+            raise ScheduleError(f"bind_nodes: no scope {scope!r} (leaves exist only after specialize_leaves, "
+                                "tables only after hoist)")
         self._densify(scope)
-        if scope != "roots":
+        if scope not in ("roots", "tables"):        # the tables' node loop is the vocabulary: a constant
             bound = passes.param(self.func, "max_level_size")
             new, count = passes.bound_node_loops(self.func, scope, bound)
             if not count:
                 raise ScheduleError(f"bind_nodes: no data-dependent node loop in {scope!r} "
                                     "(was it transformed already?)")
-            self._reset(tvm.IRModule({self.func_name: new}))
+            self._replace(**{self.func_name: new})
         blocks = self._scope_blocks(scope)
         sch = self.sch
         # fuse the scope's blocks under one node loop: every node loop now has the extent
@@ -165,7 +166,7 @@ class GpuPrimitives:
         outer = 0
         sch.bind(node, "blockIdx.x")
         for name in separate:
-            own = sch.get_loops(sch.get_sblock(name))[outer]
+            own = sch.get_loops(self._block(name))[outer]
             sch.bind(own, "blockIdx.x")
         if threads == 0:
             extent = sch.get(sch.get_loops(self._block(blocks[-1]))[-1]).extent
@@ -179,7 +180,7 @@ class GpuPrimitives:
     def _bind_threads(self, name, scope, threads, local_accumulators):
         """Below the node loop: output loops -> threadIdx.x, scratchpad -> shared, accumulator -> local."""
         sch = self.sch
-        b = sch.get_sblock(name)
+        b = self._block(name)
         block = sch.get(b)
         loops = sch.get_loops(b)
         # the loop bound to blockIdx.x, then this block's own loops
@@ -211,8 +212,41 @@ class GpuPrimitives:
             if local_accumulators:
                 cw = sch.cache_write(b, 0, "local")
                 sch.reverse_compute_at(cw, rest if rest is not None else thread_loop)
-            b = sch.get_sblock(name)
+            b = self._block(name)
             sch.decompose_reduction(b, sch.get_loops(b)[-n_reduce])
+
+    def bind_packs(self, threads: int = 256):
+        """Map each weight layout of the parameter transforms (`pack`) onto the GPU: its
+        elements spread over thread blocks of `threads` threads.
+
+        Examples
+        --------
+        Before (in ``cortex_transform_params``)::
+
+            for a, c, b in T.grid(4, 256, 64):
+                with T.sblock("pack_U"): U_packed[a, c, b] = U[a * 64 + b, c]
+
+        ``rs.bind_packs(256)``; after::
+
+            for f_0 in T.thread_binding(256, thread="blockIdx.x"):
+                for f_1 in T.thread_binding(256, thread="threadIdx.x"):
+                    with T.sblock("pack_U"): ...      # a, c, b from f_0 * 256 + f_1
+        """
+        if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 1024:
+            raise ScheduleError(f"bind_packs: threads must be an int in [1, 1024], got {threads!r}")
+        names = [f"pack_{name}" for name, *_ in self.plan.packs]
+        if not names:
+            raise ScheduleError("bind_packs: no weight is packed")
+        for name in names:
+            loops = self.sch.get_loops(self._block(name))
+            if any(self.sch.get(l).kind == tirx.ForKind.THREAD_BINDING for l in loops):
+                raise ScheduleError(f"bind_packs: {name!r} is already bound")
+            fused = self.sch.fuse(*loops) if len(loops) > 1 else loops[0]
+            grid, block = self.sch.split(fused, [None, threads])
+            self.sch.bind(grid, "blockIdx.x")
+            self.sch.bind(block, "threadIdx.x")
+        self._record("bind_packs", threads=threads)
+        return self
 
     def single_kernel(self, blocks: int = DEFAULT_GRID):
         """One kernel for the whole inference; on GPU a persistent, grid-synced kernel.
@@ -279,7 +313,7 @@ class GpuPrimitives:
             new = passes.persistent_kernel(self.func, blocks)
         except ValueError as err:
             raise ScheduleError(str(err)) from err
-        self._reset(tvm.IRModule({self.func_name: new}))
+        self._replace(**{self.func_name: new})
         self.persistent_blocks = blocks
         self._record("single_kernel", blocks=blocks)
         return self

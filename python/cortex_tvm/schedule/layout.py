@@ -5,7 +5,13 @@ import tvm
 
 from .. import fast_math as _fast_math
 from .. import passes
+from ..lower import FUNC_NAME, TRANSFORM_FUNC
 from .core import ScheduleError
+
+def packed_name(weight: str) -> str:
+    """The kernel parameter holding a packed weight (the transform function writes it)."""
+    return f"{weight}_packed"
+
 
 #: dense scratchpads keep at least this many rows, so node tiles up to this size
 #: compact to constant-size (register) buffers
@@ -21,8 +27,11 @@ class LayoutPrimitives:
         is read from contiguous memory for each reduction index.  With
         `groups=G` the rows are G blocks (an LSTM's gates) and a tile holds
         `tile` rows of every block side by side, so one register tile computes
-        all gates of the same hidden units.  The runtime packs the numpy
-        weight the same way once, when the model is compiled.
+        all gates of the same hidden units.  The kernel reads the packed copy
+        `<weight>_packed`, which the module's parameter transform function
+        (`cortex_transform_params`, see `hoist`) writes from the weight once,
+        when the model is compiled or loaded: the layout is TIR, built for the
+        same target, not a numpy step beside it.
 
         Requires: `weight` is a weight parameter, only read;
         `shape[axis] % (groups * tile) == 0`.
@@ -50,19 +59,33 @@ class LayoutPrimitives:
 
         ``rs.pack("U", axis=0, tile=64)``; after::
 
-            gates_sum[n, r] += U[r // 64, j * 256 + k, r % 64] * h[children[n, j], k]   # U: (20, 512, 64)
+            gates_sum[n, r] += U_packed[r // 64, j * 256 + k, r % 64] * h[children[n, j], k]  # (20, 512, 64)
+
+        and in ``cortex_transform_params(U, U_packed)``::
+
+            for a, c, b in T.grid(20, 512, 64):
+                with T.sblock("pack_U"): U_packed[a, c, b] = U[a * 64 + b, c]
 
         With gates as gates[n, g, i] (row g * 256 + i), ``rs.pack("U", tile=16, groups=5)``::
 
-            gates_sum[n, g, i] += U[i // 16, j * 256 + k, g * 16 + i % 16] * ...          # U: (16, 512, 80)
+            gates_sum[n, g, i] += U_packed[i // 16, j * 256 + k, g * 16 + i % 16] * ...     # (16, 512, 80)
         """
-        names = [w.name for w in self.lowered.weights]
+        transform = self.transform_func
+        inputs = {} if transform is None else {
+            name: (name, shape, dtype) for name, shape, dtype in passes.buffer_params(transform)
+            if name not in passes.written_params(transform)}
+        in_kernel = {w.name for w in self.lowered.weights} & {p.name for p in self.func.params}
+        names = sorted(in_kernel | set(inputs))
         if weight not in names:
             raise ScheduleError(f"pack: {weight!r} is not a weight; weights are {names}")
         if any(p[0] == weight for p in self.plan.packs):
             raise ScheduleError(f"pack: {weight!r} is already packed")
-        buf = passes.param(self.func, weight)
-        shape = [int(d) for d in buf.shape]
+        if weight in in_kernel:
+            buf = passes.param(self.func, weight)
+            spec = (weight, tuple(int(d) for d in buf.shape), str(buf.dtype))
+        else:
+            spec = inputs[weight]
+        shape = list(spec[1])
         if not isinstance(axis, int) or not 0 <= axis < len(shape):
             raise ScheduleError(f"pack: axis {axis!r} out of range for {weight!r} of shape {tuple(shape)}")
         if not isinstance(groups, int) or groups < 1:
@@ -71,10 +94,16 @@ class LayoutPrimitives:
             raise ScheduleError(f"pack: tile {tile!r} x groups {groups} does not divide "
                                 f"{weight!r}.shape[{axis}] = {shape[axis]}")
         index_fn = passes.tile_axis(axis, tile, groups, shape[axis])
+        inverse_fn = passes.untile_axis(axis, tile, groups, shape[axis])
+        packed = packed_name(weight)
         try:
-            self._rewrite(lambda f: passes.pack_buffer(f, weight, index_fn))
+            functions = {TRANSFORM_FUNC: passes.add_pack(transform, spec, packed, index_fn, inverse_fn,
+                                                         TRANSFORM_FUNC)}
+            if weight in in_kernel:
+                functions[FUNC_NAME] = passes.pack_buffer(self.func, weight, index_fn, packed)
         except ValueError as err:
             raise ScheduleError(f"pack: {err}") from err
+        self._replace(**functions)
         self.plan = self.plan.with_pack(weight, axis, tile, groups, shape[axis])
         self._record("pack", weight=weight, axis=axis, tile=tile, groups=groups)
         return self
@@ -121,7 +150,8 @@ class LayoutPrimitives:
         return self
 
     def scratchpads(self) -> list:
-        """Names of the per-node intermediate buffers."""
+        """Names of the kernel's per-node intermediate buffers (the transform function's are
+        indexed by word from the start: dense already)."""
         names = []
 
         def on_block(b):
@@ -175,6 +205,6 @@ class LayoutPrimitives:
         by clamps, a degree-6 polynomial and an exponent built with
         ``T.reinterpret("float32", T.shift_left(n + 127, 23))``.
         """
-        self._rewrite(_fast_math.rewrite)
+        self._rewrite(_fast_math.rewrite, functions=(FUNC_NAME, TRANSFORM_FUNC))
         self._record("fast_math")
         return self

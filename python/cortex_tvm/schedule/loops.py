@@ -6,6 +6,7 @@ import tvm_ffi
 from tvm import tirx
 
 from .core import ScheduleError
+from .layout import packed_name
 
 _SPATIAL, _REDUCE = 0, 2
 
@@ -121,7 +122,7 @@ class LoopPrimitives:
         before = set(names[:names.index(block)])        # computed before the tile: ready
         placed = {block}
         for name in names[names.index(block) + 1:]:
-            b = sch.get_sblock(name)
+            b = self._block(name)
             if any(iv.iter_type == _REDUCE for iv in sch.get(b).iter_vars):
                 return                # another GEMM gets its own tile, not a place in this one
             producers = {sch.get(p).name_hint for p in sch.get_producers(b)}
@@ -139,7 +140,7 @@ class LoopPrimitives:
             # and would compute elements whose inputs the tile has not produced yet
             return False
         try:
-            sch.reverse_compute_at(consumer, sch.get_loops(sch.get_sblock(block))[1])
+            sch.reverse_compute_at(consumer, sch.get_loops(self._block(block))[1])
         except (tvm.s_tir.ScheduleError, ValueError):   # region solver failures are ValueErrors
             return False
         self._vectorize_innermost(consumer, lanes)
@@ -147,7 +148,7 @@ class LoopPrimitives:
 
     def _merge_into_tile(self, block, consumer, node_tile, column_tile, lanes):
         sch = self.sch
-        gemm = sch.get_sblock(block)
+        gemm = self._block(block)
         kinds = [iv.iter_type for iv in sch.get(consumer).iter_vars]
         loops = sch.get_loops(consumer)
         if kinds != [_SPATIAL, _SPATIAL] or len(loops) != 2:
@@ -176,7 +177,7 @@ class LoopPrimitives:
     def _written_by(self, block, consumer):
         """Buffers written by the tiled block and by blocks already placed in its tile."""
         sch = self.sch
-        loop = sch.get_loops(sch.get_sblock(block))[1]
+        loop = sch.get_loops(self._block(block))[1]
         names = set()
         tvm_ffi.structural_walk(sch.get(loop), (tvm.s_tir.stmt.SBlock,
                                                 lambda b: names.update(w.source.name for w in b.writes)))
@@ -305,11 +306,11 @@ class LoopPrimitives:
         """
         if not any(p[0] == weight for p in self.plan.packs):
             raise ScheduleError(f"persist: pack {weight!r} first (persist splits its column tiles over cores)")
-        readers = [name for name in self.tiled if self.has_block(name) and self._reads(name, weight)]
+        readers = [name for name in self.tiled if self.has_block(name) and self._reads(name, packed_name(weight))]
         if not readers:
             raise ScheduleError(f"persist: no tiled block reads {weight!r}; apply tile_gemm first")
         for name in readers:
-            self.sch.parallel(self.sch.get_loops(self.sch.get_sblock(name))[0])
+            self.sch.parallel(self.sch.get_loops(self._block(name))[0])
         self._record("persist", weight=weight)
         return self
 
@@ -377,7 +378,7 @@ class LoopPrimitives:
                 if (j_0 + n // 4) * 4 + j_1 < n: child_sum[...] = ...
         """
         self._block(block)
-        realize = self.sch.get_sref(self.sch.get_sblock(block)).stmt
+        func_name = self._function_of(block)
         marked = []
 
         def on_realize(r):
@@ -385,12 +386,12 @@ class LoopPrimitives:
                 marked.append(r)
                 return tvm.s_tir.stmt.SBlockRealize(r.iter_values, tirx.likely(r.predicate), r.block)
             return r
-        new = tvm_ffi.structural_map(self.func, (tvm.s_tir.stmt.SBlockRealize, on_realize), order="post")
+        new = tvm_ffi.structural_map(self._functions()[func_name], (tvm.s_tir.stmt.SBlockRealize, on_realize),
+                                     order="post")
         if not marked:
             raise ScheduleError(f"peel: {block!r} has no bounds check to peel (split its node loop first)")
-        del realize
         from dataclasses import replace
-        self._reset(tvm.IRModule({self.func_name: new}))
+        self._replace(**{func_name: new})
         self.plan = replace(self.plan, partition_loops=True)
         self._record("peel", block=block)
         return self

@@ -41,11 +41,17 @@ class ProgramPrimitives:
         return self
 
     def hoist(self, budget_mb: float = 64.0):
-        """Precompute every leaf state per word when the model is compiled; leaves become lookups.
+        """Precompute every leaf state per word once; leaves become table lookups.
 
         A leaf's states depend only on its word, so CORTEX's computation
-        hoisting computes them once per vocabulary entry (with the same
-        compiled code) and the inference reads `table[word[n]]`.
+        hoisting computes them once per vocabulary entry and the inference
+        reads `table[word[n]]`.  The tables are filled by the module's second
+        function, `cortex_transform_params` (a parameter transform, as Relax's
+        LiftTransformParams makes them), which holds the leaf computation over
+        the vocabulary in a `tables` scope: it is scheduled by the same
+        primitives (its blocks keep the leaf computes' names), built into the
+        same module for the same target, and run once when the model is
+        compiled or loaded.
 
         Requires: specialize_leaves() applied, the leaf case reads exactly one
         per-node input, and the tables (vocabulary x state sizes x 4 bytes) fit
@@ -53,14 +59,20 @@ class ProgramPrimitives:
 
         Examples
         --------
-        Before::
+        Before (``cortex_main``)::
 
             leaf_gates_sum[j, r] += W[r, e] * emb[word[level_offsets[0] + j], e]   # + epilogue blocks
 
-        ``rs.hoist()``; after (tables h_table, c_table are new parameters)::
+        ``rs.hoist()``; after, ``cortex_main`` (tables h_table, c_table are parameters)::
 
             h[level_offsets[0] + j, i] = h_table[word[level_offsets[0] + j], i]
             c[level_offsets[0] + j, i] = c_table[word[level_offsets[0] + j], i]
+
+        and ``cortex_transform_params(emb, W, bW, h_table, c_table)``::
+
+            with T.sblock("tables"):
+                for j, r, e in T.grid(V, 768, 256): leaf_gates_sum[j, r] += W[r, e] * emb[j, e]   # ...
+                for j, i in T.grid(V, 256): h_table[j, i] = ...
         """
         if not self.lowered.specialized:
             raise ScheduleError("hoist: apply specialize_leaves() first")
@@ -83,7 +95,7 @@ class ProgramPrimitives:
             tables[state] = table
             leaf[state] = ra.compute(state.shape, lambda *i, t=table: t[(word[n],) + i], name=f"{state.name}_leaf")
         hoisted = ra.RecProgram(program.spec, program.states, leaf, program.internal)
-        self._relower(lower(hoisted, specialize_leaves=True))
+        self._relower(lower(hoisted, specialize_leaves=True, tables=(program, word, tables)))
         self.plan = replace(self.plan, hoisted=tuple((s.name, tables[s].name) for s in program.states))
         self.unhoisted_program = program
         self._record("hoist", budget_mb=budget_mb)

@@ -79,7 +79,7 @@ class ProgramFacts:
         leaves = set(rs.block_names("leaves"))
         gemms = []
         for g in derive.gemms(rs):
-            block = rs.sch.get(rs.sch.get_sblock(g.block))
+            block = rs.sch.get(rs._block(g.block))
             reduction = 1
             for iv in block.iter_vars:
                 if iv.iter_type == REDUCE:

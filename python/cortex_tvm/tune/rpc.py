@@ -25,7 +25,7 @@ import tvm
 
 from .. import build
 from ..padding import compiled_form
-from ..runtime import kernel_names, weight_arrays
+from ..runtime import kernel_names, kernel_weights, model_weight_arrays
 from ..target import make_target
 from ..timing import best_of
 from .measure import TOLERANCE, MeasureResult, Measurer, invalid
@@ -65,8 +65,7 @@ class RPCMeasurer(Measurer):
             if rs.plan.per_level:
                 return MeasureResult(error="invalid: remote measurement times one kernel call "
                                            "(per_level_kernels is not supported)")
-            tables = build.hoisted_tables(kernel_model, rs, recipe, target) if rs.plan.hoisted else {}
-            executable = build.build_module(rs.mod, target, rs.plan.pass_config())
+            executable = build.build_module(rs.finalize().module(), target, rs.plan.pass_config())
             build_s = time.perf_counter() - start
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, "kernel.so")
@@ -78,8 +77,9 @@ class RPCMeasurer(Measurer):
 
             def put(a):
                 return tvm.runtime.tensor(np.ascontiguousarray(a), device)
-            weights = [put(w) for w in weight_arrays(kernel_model, rs, tables)]
-            signature = rs.lowered.signature
+            signature = rs.signature
+            # the parameter transforms run on the remote device, as a load there would run them
+            weights = kernel_weights(module, signature, model_weight_arrays(kernel_model, signature), put)
             states = signature.states
 
             def lay_out(b):
