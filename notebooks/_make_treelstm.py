@@ -101,7 +101,7 @@ for i, depth in enumerate(depths):
 fig, ax = plt.subplots(figsize=(5, 3.5))
 im = ax.imshow(heat, cmap="viridis")
 ax.set_xticks(range(len(tiles)), tiles); ax.set_yticks(range(len(depths)), depths)
-ax.set_xlabel("node tile (nodes per register tile)"); ax.set_ylabel("unroll_recursion depth")
+ax.set_xlabel("node tile (nodes per register tile)"); ax.set_ylabel("unroll_levels depth")
 for (i, j), v in np.ndenumerate(heat):
     ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w")
 fig.colorbar(im, label="ms per batch"); plt.show()""")

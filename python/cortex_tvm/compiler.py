@@ -19,7 +19,7 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
                   max_unroll_depth=None):
     """model -> lowered -> scheduled -> built -> CompiledModel.
 
-    max_unroll_depth: levels per step of the level loop (`unroll_recursion`); None lets the
+    max_unroll_depth: levels per step of the level loop (`unroll_levels`); None lets the
     tuning log or the cost model choose.
 
     bounds_check=True builds with TVM's `tirx.instrument_bound_checkers` and makes `run()`
@@ -61,7 +61,7 @@ def with_unroll_depth(model, target, schedule, depth):
 
     The one place where `max_unroll_depth` meets the schedules: a recipe with an
     `unroll_depth` knob gets that knob set; any other recipe (a function such as
-    "auto") is applied and then followed by `unroll_recursion(depth)`.
+    "auto") is applied and then followed by `unroll_levels(depth)`.
 
     Example: ``model.compile(schedule=with_unroll_depth(model, make_target("llvm"), None, 2))``.
     """
@@ -75,7 +75,7 @@ def with_unroll_depth(model, target, schedule, depth):
 
     def unrolled(rs):
         recipe.apply(rs)
-        rs.unroll_recursion(depth)
+        rs.unroll_levels(depth)
         return rs
     unrolled.__name__ = f"{recipe.name}+unroll{depth}"
     return unrolled

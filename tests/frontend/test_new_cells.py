@@ -127,7 +127,7 @@ def test_max_unroll_depth(gated, depth):
     np.testing.assert_allclose(compiled(TREES), _gated_reference(TREES, w), atol=TOL, rtol=0)
     traced, target = TracedModel(cells.gated_rnn, w, 2), ct.make_target("llvm")
     rs, _ = schedule_model(traced, target, with_unroll_depth(traced, target, None, depth))
-    unrolls = [s.as_json()["args"] for s in rs.trace if s.primitive == "unroll_recursion"]
+    unrolls = [s.as_json()["args"] for s in rs.trace if s.primitive == "unroll_levels"]
     assert unrolls == [{"depth": depth}]
 
 

@@ -196,5 +196,5 @@ def test_single_kernel_on_cpu_unchanged():
     before = rs.func.script()
     rs.single_kernel()
     assert rs.func.script() == before and not rs.plan.per_level
-    assert rs.show().endswith("# rs.single_kernel()")          # the IR, then the trace
-    assert rs.trace[-1].primitive == "single_kernel" and rs.trace[-1].args == {}
+    assert rs.show().endswith("# rs.single_kernel(blocks=132)")   # the IR, then the trace (defaults bound)
+    assert rs.trace[-1].primitive == "single_kernel" and rs.trace[-1].args == {"blocks": 132}

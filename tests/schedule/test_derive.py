@@ -61,7 +61,7 @@ def test_derived_ir_for_tree_lstm():
     steps = [(s.primitive, s.args) for s in rs.trace]
     assert ("pack", {"weight": "U", "axis": 0, "tile": 16, "groups": 5}) in steps
     assert ("tile_gemm", {"block": "gates_sum", "node_tile": 3, "column_tile": 16, "lanes": 16, "k_unroll": 8}) in steps
-    assert ("hoist", {"budget_mb": 64.0}) in steps and ("persist", {"weight": "U"}) in steps
+    assert ("hoist", {"budget_mb": 64.0}) in steps and ("parallel_columns", {"weight": "U"}) in steps
     loops = loops_around(rs.func, "gates_sum")
     assert loops[-1].kind == K.VECTORIZED and int(loops[-1].extent) == 16
     assert [l.kind for l in loops].count(K.PARALLEL) == 1

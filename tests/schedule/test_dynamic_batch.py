@@ -25,7 +25,7 @@ def test_ir_unchanged_plan_changed(fresh):
 @pytest.mark.parametrize("bad", [0, 1, "no", None])
 def test_enabled_must_be_bool(fresh, bad):
     rs = fresh("TreeFC")
-    with pytest.raises(ct.ScheduleError, match="enabled must be a bool"):
+    with pytest.raises(ct.ScheduleError, match="dynamic_batch: argument 'enabled' must be bool"):
         rs.dynamic_batch(bad)
     assert rs.plan.dynamic_batching and not rs.trace
 

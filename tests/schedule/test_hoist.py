@@ -63,8 +63,11 @@ def test_preconditions(fresh):
     # TreeLSTM at H=32 over the SST vocabulary: 5374 x 64 floats = 1.3 MB
     with pytest.raises(ct.ScheduleError, match="over the budget of 1 MB"):
         rs.hoist(budget_mb=1)
-    for bad in (0, -1, "64", None):
+    for bad in (0, -1):
         with pytest.raises(ct.ScheduleError, match="budget_mb must be a positive number"):
+            rs.hoist(budget_mb=bad)
+    for bad in ("64", None, True):
+        with pytest.raises(ct.ScheduleError, match="hoist: argument 'budget_mb' must be float"):
             rs.hoist(budget_mb=bad)
     assert not rs.plan.hoisted and rs.has_block("leaf_gates_sum")
     rs.fast_math()

@@ -63,8 +63,11 @@ def test_split_needs_no_bounds_check_after_padding(fresh):
 
 def test_preconditions(fresh):
     rs = fresh("TreeFC")
-    for bad in (0, -3, 2.5, "3", None):
+    for bad in (0, -3):
         with pytest.raises(ct.ScheduleError, match="multiple must be a positive int"):
+            rs.pad_levels(bad)
+    for bad in (2.5, "3", None, True):
+        with pytest.raises(ct.ScheduleError, match="pad_levels: argument 'multiple' must be int"):
             rs.pad_levels(bad)
     with pytest.raises(ct.ScheduleError, match="65 > 64 is not supported"):
         rs.pad_levels(65)

@@ -46,11 +46,11 @@ def test_split_per_level(fresh, specialize):
 
 
 def test_preconditions(fresh):
-    rs = fresh("TreeFC").specialize_leaves().unroll_recursion(2)
-    with pytest.raises(ct.ScheduleError, match=r"not with unroll_recursion\(depth > 1\)"):
+    rs = fresh("TreeFC").specialize_leaves().unroll_levels(2)
+    with pytest.raises(ct.ScheduleError, match=r"not with unroll_levels\(depth > 1\)"):
         rs.per_level_kernels()
     assert not rs.plan.per_level
-    fresh("TreeFC").unroll_recursion(1).per_level_kernels()      # depth 1 is no unrolling
+    fresh("TreeFC").unroll_levels(1).per_level_kernels()      # depth 1 is no unrolling
 
 
 @pytest.mark.parametrize("name", ["TreeLSTM", "TreeFC"])

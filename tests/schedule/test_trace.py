@@ -17,9 +17,9 @@ def lstm_steps(rs):
     rs.dense_index("gates_sum")
     rs.dense_index("gates")
     rs.tile_gemm("gates_sum", node_tile=2, column_tile=32, lanes=16, k_unroll=4)
-    rs.persist("U")
+    rs.parallel_columns("U")
     rs.vectorize_block("leaf_h")
-    rs.unroll_recursion(2)
+    rs.unroll_levels(2)
     rs.dynamic_batch(True)
     return rs
 
@@ -52,7 +52,7 @@ def test_trace_python(fresh):
     assert lines[2] == "rs.pad_levels(multiple=2)"
     assert lines[3].startswith("rs.pack(weight='U', axis=0, tile=32")
     assert lines[4] == "rs.dense_index(tensor='gates_sum')"
-    assert "rs.unroll_recursion(depth=2)" in lines
+    assert "rs.unroll_levels(depth=2)" in lines
     # it is Python that does the same thing
     rs2 = fresh("TreeLSTM")
     exec(text, {"rs": rs2})

@@ -9,8 +9,8 @@ import cortex_tvm as ct
 from cortex_tvm import tune
 from cortex_tvm.tune import Space, TuningPoint
 
-KNOBS = {"node_tile": [1, 2], "k_unroll": [4, 8], "unroll_depth": [1], "persist": [True], "hoist": [True],
-         "max_column_vectors": [2]}
+KNOBS = {"node_tile": [1, 2], "k_unroll": [4, 8], "unroll_depth": [1], "parallel_columns": [True],
+         "hoist": [True], "max_column_vectors": [2]}
 
 
 def test_tiny_tune_then_compile_from_log(fc32, trees, tmp_path, capsys):
@@ -70,7 +70,8 @@ def test_nearest_and_missing_records_warn(fc32, tmp_path):
 def test_failed_build_measures_inf(fc32, trees):
     from cortex_tvm.tune.measure import Measurer, tuning_batches
     measurer = Measurer(fc32, tuning_batches(fc32, trees, 10, 1), repeats=1)
-    bad = TuningPoint.of(column_tile=32, node_tile=1, k_unroll=4, unroll_depth=2, persist=True, per_level=True)
+    bad = TuningPoint.of(column_tile=32, node_tile=1, k_unroll=4, unroll_depth=2, parallel_columns=True,
+                         per_level=True)
     result = measurer.measure(Space(fc32, recipe="treefc_llvm"), bad)
     assert result.mean == float("inf") and "per_level_kernels" in result.error
 

@@ -33,7 +33,8 @@ def latency(k):
     acc = k["node_tile"] * k["max_column_vectors"]
     tile = abs(acc - 8) / 8 + (0.8 if acc + k["node_tile"] + 1 > 32 else 0.0)
     return 1e-3 * (1 + tile + 0.05 * k["node_tile"] + 0.1 / k["k_unroll"] + 0.1 * abs(k["unroll_depth"] - 2)
-                   + (0.0 if k["persist"] else 0.3) + (0.0 if k["hoist"] else 0.2) + (0.0 if k["lanes"] == 16 else 0.25))
+                   + (0.0 if k["parallel_columns"] else 0.3) + (0.0 if k["hoist"] else 0.2)
+                   + (0.0 if k["lanes"] == 16 else 0.25))
 
 
 def best_after(space, trials, seed, guided):

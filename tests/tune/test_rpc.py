@@ -7,8 +7,8 @@ import pytest
 
 from cortex_tvm import tune
 
-KNOBS = {"node_tile": [1, 2], "k_unroll": [8], "unroll_depth": [1], "persist": [True], "hoist": [True],
-         "max_column_vectors": [2]}
+KNOBS = {"node_tile": [1, 2], "k_unroll": [8], "unroll_depth": [1], "parallel_columns": [True],
+         "hoist": [True], "max_column_vectors": [2]}
 
 
 def _free_port():

@@ -4,16 +4,20 @@ import json
 import numpy as np
 import pytest
 
+import tvm
+
 import cortex_tvm as ct
-from cortex_tvm.tune import Space, TuningPoint
+from cortex_tvm.tune import Database, Space, TuningPoint, TuningRecord, Workload
+from cortex_tvm.tune.features import ProgramFacts, WorkloadStats, derived_vector
 
 KNOBS = {"column_tile": [32, 16], "node_tile": [1, 2], "k_unroll": [4], "unroll_depth": [1, 2],
-         "persist": [True], "per_level": [False, True], "lanes": [16], "specialize": [True]}
+         "parallel_columns": [True], "per_level": [False, True], "lanes": [16], "specialize": [True]}
 
 
 def test_invalid_combination_raises_and_is_pruned(fc32):
     space = Space(fc32, recipe="treefc_llvm", knobs=KNOBS)
-    bad = TuningPoint.of(column_tile=32, node_tile=1, k_unroll=4, unroll_depth=2, persist=True, per_level=True)
+    bad = TuningPoint.of(column_tile=32, node_tile=1, k_unroll=4, unroll_depth=2, parallel_columns=True,
+                         per_level=True)
     with pytest.raises(ct.ScheduleError, match="per_level_kernels"):
         space.recipe_for(bad).apply(ct.RecSchedule(fc32.lower(specialize_leaves=False)))
     assert "per_level_kernels" in space.check(bad)
@@ -56,7 +60,7 @@ def test_default_point_is_the_recipes(fc32):
 
 
 def test_tuning_point_json_round_trip():
-    p = TuningPoint.of(column_tile=64, hoist_budget_mb=0.001, persist=False, per_level=True)
+    p = TuningPoint.of(column_tile=64, hoist_budget_mb=0.001, parallel_columns=False, per_level=True)
     assert TuningPoint.from_json(p.to_json()) == p
     assert TuningPoint.from_json(json.dumps(p.to_json())) == p
     assert hash(TuningPoint.from_json(json.loads(json.dumps(p.to_json())))) == hash(p)
@@ -64,3 +68,38 @@ def test_tuning_point_json_round_trip():
         TuningPoint.from_json("[1, 2]")
     with pytest.raises(Exception):
         p.knobs = ()                               # frozen
+
+
+OLD_PRIMITIVES = {"parallel_columns": "persist", "unroll_levels": "unroll_recursion"}
+
+
+def test_records_with_the_old_knob_name_still_load(fc32, tmp_path):
+    """The knob `persist` is now `parallel_columns`: a log written before still matches the space,
+    and its trace (naming the primitives persist and unroll_recursion) replays as the new ones."""
+    space = Space(fc32, recipe="treefc_llvm", knobs=KNOBS)
+    point = next(p for p in space.points() if space.is_valid(p))
+    assert point.as_dict()["parallel_columns"] is True
+    rs = space.recipe_for(point).apply(ct.RecSchedule(fc32.lower(specialize_leaves=False)))
+    line = TuningRecord(Workload.of(fc32), point, (1e-3,), trace=tuple(json.loads(rs.trace_json()))).to_json()
+    line["knobs"] = {("persist" if k == "parallel_columns" else k): v for k, v in line["knobs"].items()}
+    line["trace"] = [{**s, "primitive": OLD_PRIMITIVES.get(s["primitive"], s["primitive"])} for s in line["trace"]]
+    assert {"persist", "unroll_recursion"} <= {s["primitive"] for s in line["trace"]}
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    (record,) = Database(path).records
+    assert record.point == point and space.contains(record.point) and space.is_valid(record.point)
+    replayed = ct.RecSchedule(fc32.lower(specialize_leaves=False)).replay(list(record.trace))
+    tvm.ir.assert_structural_equal(replayed.func, rs.func)
+    assert replayed.trace_json() == rs.trace_json()
+
+
+def test_old_knob_name_gives_the_same_features(fc32):
+    facts = ProgramFacts.of(fc32, ct.make_target("llvm"))
+    stats = WorkloadStats(32, 32, 10, 50.0, 8.0, 6.0, 10.0, 3.0)
+    knobs = {"node_tile": 3, "max_column_vectors": 4, "lanes": 16, "k_unroll": 8, "hoist": True,
+             "unroll_depth": 1}
+    for parallel in (True, False):
+        old = TuningPoint.from_json(json.dumps({**knobs, "persist": parallel}))
+        assert old == TuningPoint.of(**knobs, parallel_columns=parallel)
+        assert derived_vector(old.as_dict(), facts, stats) == \
+            derived_vector({**knobs, "parallel_columns": parallel}, facts, stats)

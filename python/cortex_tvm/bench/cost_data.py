@@ -24,7 +24,7 @@ from ..target import make_target
 from ..tune.features import ProgramFacts, WorkloadStats, derived_vector
 from ..tune.measure import Measurer
 from ..tune.pretrained import candidates
-from ..tune.space import Space
+from ..tune.space import Space, TuningPoint
 from .cases import make_model, structures
 from .common import batch_starts
 
@@ -36,7 +36,9 @@ def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repea
     done = set()
     if os.path.exists(out):
         with open(out, encoding="utf-8") as f:
-            done = {json.loads(line)["key"] for line in f if line.strip()}
+            # keyed again from the knobs, so rows written before a knob was renamed still count
+            rows = [json.loads(line) for line in f if line.strip()]
+            done = {f"{row['group']}/{TuningPoint.from_json(row['knobs'])}" for row in rows}
     trees, vocab = data.sst_sample()
     rng = np.random.default_rng(seed)
     for name, H, mcpu in itertools.product(models, hidden, mcpus):

@@ -31,7 +31,7 @@ from ..tune.workload import Workload
 #: the hand-written TreeFC recipe's knobs, every one fixed or listed (a knob left out would keep
 #: all its candidates and multiply the space): 3 x 3 x 3 x 2 x 2 = 108 points
 SMALL_KNOBS = {"column_tile": [64, 32, 16], "node_tile": [1, 2, 4], "k_unroll": [8, 4, 1],
-               "unroll_depth": [1, 3], "persist": [True, False], "per_level": [False], "lanes": [16],
+               "unroll_depth": [1, 3], "parallel_columns": [True, False], "per_level": [False], "lanes": [16],
                "specialize": [True]}
 
 

@@ -72,7 +72,7 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
     max_children: the most children a node has (a missing child reads zero states).
     target, schedule, tuning_log: as `Model.compile` (the default schedule is
     derived from the traced program and the target).  max_unroll_depth: levels computed per step of the
-    level loop (the schedule's `unroll_depth` knob, `RecSchedule.unroll_recursion`);
+    level loop (the schedule's `unroll_depth` knob, `RecSchedule.unroll_levels`);
     None lets the schedule choose.  Returns a `CompiledModel`: numpy (B, H), the
     first state at each root.  Errors in the function raise TypeError/ValueError
     naming its line.

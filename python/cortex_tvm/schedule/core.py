@@ -1,15 +1,24 @@
 """RecSchedule's state: the program, the s_tir.Schedule over it, the trace, the runtime plan.
 
-Primitives come in three families (program.py, layout.py, loops.py,
-kernels.py).  Some rewrite the TIR with a pass (TVM's s_tir cannot express
+Primitives come in families (program.py, layout.py, loops.py, kernels.py,
+gpu.py), each one a method marked `@primitive`: its arguments are checked
+against its annotations, any error raised while it applies is a
+ScheduleError naming it, and a call that succeeds is recorded in the trace.
+
+Some primitives rewrite the TIR with a pass (TVM's s_tir cannot express
 them); after such a rewrite the underlying `s_tir.Schedule` is rebuilt from
 the new module, so block and loop handles taken earlier are stale: get them
 again by name.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
+import re
+import types
+import typing
+import warnings
 from dataclasses import dataclass, field, replace
 
 import tvm
@@ -22,6 +31,94 @@ from ..signature import KernelSignature
 
 class ScheduleError(ValueError):
     """A schedule primitive was misused (a precondition does not hold)."""
+
+
+#: what a primitive that does not apply raises from inside: TVM's s_tir.ScheduleError and every
+#: TVM/ffi runtime error are RuntimeErrors, a rewrite pass refusing the IR a ValueError, ffi
+#: arguments of the wrong kind a TypeError
+_TVM_ERRORS = (RuntimeError, ValueError, TypeError)
+_PLAIN_TYPES = (str, int, float, bool, type(None))
+
+
+def _plain_types(hint):
+    """The plain types an annotation allows (`int`, `int | None`, ...), None for any other annotation."""
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    members = typing.get_args(hint) if union else (hint,)
+    return members if all(m in _PLAIN_TYPES for m in members) else None
+
+
+def _has_type(value, allowed) -> bool:
+    # bool is an int to Python but a flag here; an int is a fine float
+    if isinstance(value, bool):
+        return bool in allowed
+    if isinstance(value, int):
+        return int in allowed or float in allowed
+    return any(isinstance(value, t) for t in allowed if t not in (bool, int))
+
+
+def primitive(fn):
+    """Mark a RecSchedule method as a schedule primitive.
+
+    The call's arguments are bound to the signature (defaults applied) and
+    checked against plain-type annotations; an error raised while the
+    primitive applies (TVM's, a pass's, or its own precondition) comes out
+    as a ScheduleError naming it; on success the step is recorded in the
+    trace with its bound arguments.  A failed primitive is not recorded (what
+    it changed before failing is not undone: start again from a fresh
+    schedule).  A primitive called by another one is not recorded again.
+    Docstring and signature stay the function's.
+    """
+    name = fn.__name__
+    signature = inspect.signature(fn)
+    checked = {arg: allowed for arg, hint in typing.get_type_hints(fn).items()
+               if arg != "return" and (allowed := _plain_types(hint)) is not None}
+
+    @functools.wraps(fn)
+    def apply(self, *args, **kwargs):
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError as err:
+            raise ScheduleError(f"{name}: {err}") from None
+        bound.apply_defaults()
+        values = dict(list(bound.arguments.items())[1:])
+        for arg, allowed in checked.items():
+            if not _has_type(values[arg], allowed):
+                expected = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+                raise ScheduleError(f"{name}: argument {arg!r} must be {expected}, "
+                                    f"got {type(values[arg]).__name__} {values[arg]!r}")
+        outermost = self._applying == 0
+        self._applying += 1
+        try:
+            result = fn(*bound.args, **bound.kwargs)
+        except ScheduleError as err:
+            if re.match(rf"{name}\b", str(err)):
+                raise
+            raise ScheduleError(f"{name}: {err}") from err
+        except _TVM_ERRORS as err:
+            raise ScheduleError(f"{name}: {err}") from err
+        finally:
+            self._applying -= 1
+        if outermost:
+            self._record(name, **values)
+        return result
+    apply.is_primitive = True
+    return apply
+
+
+def renamed(old: str, new):
+    """A deprecated name of the primitive `new`: warns, then applies (and records) `new`.
+
+    `replay` reads the old name in traces, recipes and tuning logs as the new one.
+    """
+    def alias(self, *args, **kwargs):
+        warnings.warn(f"RecSchedule.{old} is deprecated; use {new.__name__}", DeprecationWarning, stacklevel=2)
+        return getattr(self, new.__name__)(*args, **kwargs)
+    alias.__name__ = alias.__qualname__ = old
+    alias.__module__ = new.__module__
+    alias.__doc__ = f"Deprecated name of `{new.__name__}` (same arguments; applies and records it)."
+    alias.__signature__ = inspect.signature(new)
+    alias.renamed_to = new.__name__
+    return alias
 
 
 @dataclass(frozen=True)
@@ -73,9 +170,9 @@ class RecScheduleCore:
         self.plan = RuntimePlan()
         self.trace: list = []
         # schedule state, explicit (the trace is the record of what was applied, not state):
-        #: blocks register-tiled so far (tile_gemm), in order: what persist parallelizes
+        #: blocks register-tiled so far (tile_gemm), in order: what parallel_columns parallelizes
         self.tiled: list = []
-        #: levels per step of the level loop (unroll_recursion)
+        #: levels per step of the level loop (unroll_levels)
         self.unroll_depth = 1
         #: scopes whose nodes are bound to GPU thread blocks (bind_nodes)
         self.bound_scopes: list = []
@@ -83,6 +180,8 @@ class RecScheduleCore:
         self.persistent_blocks = None
         #: primitives applied after which the program can no longer be re-lowered
         self.scheduled: list = []
+        #: primitives running now (one may call another, which is then not recorded)
+        self._applying = 0
         self._reset(lowered.mod)
 
     # -- state -------------------------------------------------------------------------------
@@ -205,8 +304,11 @@ class RecScheduleCore:
             if not isinstance(step, dict) or "primitive" not in step:
                 raise ScheduleError(f"recipe step {i} is not a {{'primitive': ..., 'args': ...}} object")
             name = step["primitive"]
-            method = getattr(type(self), name, None)
-            if method is None or name.startswith("_") or not callable(method):
+            method = getattr(type(self), name, None) if isinstance(name, str) else None
+            if hasattr(method, "renamed_to"):          # a trace written before the rename
+                name = method.renamed_to
+                method = getattr(type(self), name)
+            if not getattr(method, "is_primitive", False):
                 raise ScheduleError(f"recipe step {i}: unknown primitive {name!r}")
             args = step.get("args", {})
             if not isinstance(args, dict):

@@ -159,7 +159,8 @@ def _is_untransformed(rs, name):
 
 
 def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int | None = None,
-           k_unroll: int = 8, hoist: bool = True, persist: bool = True, unroll_depth: int = 1):
+           k_unroll: int = 8, hoist: bool = True, parallel_columns: bool = True,
+           unroll_depth: int = 1):
     """Apply the derived schedule to a fresh RecSchedule (see the module docstring); returns rs."""
     lanes = lanes or info.lanes
     rs.specialize_leaves()
@@ -182,9 +183,9 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
         if tiles[g.weight] is not None and _is_untransformed(rs, g.block):
             rs.tile_gemm(g.block, node_tile=node_tile, column_tile=tiles[g.weight], lanes=lanes,
                          k_unroll=k_unroll)
-    if persist and info.cores > 1:
+    if parallel_columns and info.cores > 1:
         for weight in sorted(w for w, t in tiles.items() if t is not None):
-            rs.persist(weight)
+            rs.parallel_columns(weight)
     for name in rs.block_names():
         if not _is_untransformed(rs, name):
             continue
@@ -194,7 +195,7 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
                 break
             except ScheduleError:
                 continue
-    rs.unroll_recursion(unroll_depth)
+    rs.unroll_levels(unroll_depth)
     return rs
 
 
@@ -221,5 +222,5 @@ def knob_space(widest_middle: int, info) -> dict:
     node_tile = [default] + [t for t in node_tiles(widest_middle, info) if t != default]
     lanes = [info.lanes] + ([info.lanes // 2] if info.lanes > 4 else [])
     return {"node_tile": node_tile, "max_column_vectors": [4, 2, 1, 8], "lanes": lanes,
-            "k_unroll": [8, 4, 1], "hoist": [True, False], "persist": [True, False],
+            "k_unroll": [8, 4, 1], "hoist": [True, False], "parallel_columns": [True, False],
             "unroll_depth": [1, 2, 3]}

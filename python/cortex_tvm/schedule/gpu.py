@@ -26,7 +26,7 @@ import tvm
 from tvm import tirx
 
 from .. import passes
-from .core import ScheduleError
+from .core import ScheduleError, primitive
 from .kernels import KernelPrimitives
 from .layout import MIN_DENSE_ROWS
 
@@ -73,6 +73,7 @@ class GpuPrimitives:
         return None
 
     # ------------------------------------------------------------------ primitives
+    @primitive
     def bind_nodes(self, scope: str, threads: int = 0, local_accumulators: bool = True):
         """Map one scope's nodes to CUDA thread blocks and its output units to threads.
 
@@ -134,7 +135,7 @@ class GpuPrimitives:
             raise ScheduleError(f"bind_nodes: scope must be 'tables', 'leaves', 'level' or 'roots', got {scope!r}")
         if scope in self._gpu_bound():
             raise ScheduleError(f"bind_nodes: {scope!r} is already bound")
-        if not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 1024:
+        if not 0 <= threads <= 1024:
             raise ScheduleError(f"bind_nodes: threads must be an int in [0, 1024] (0: automatic), got {threads!r}")
         if scope != "roots" and not self.has_block(scope):
             raise ScheduleError(f"bind_nodes: no scope {scope!r} (leaves exist only after specialize_leaves, "
@@ -174,7 +175,6 @@ class GpuPrimitives:
         for name in blocks:
             self._bind_threads(name, scope, threads, local_accumulators)
         self.bound_scopes.append(scope)
-        self._record("bind_nodes", scope=scope, threads=threads, local_accumulators=local_accumulators)
         return self
 
     def _bind_threads(self, name, scope, threads, local_accumulators):
@@ -215,6 +215,7 @@ class GpuPrimitives:
             b = self._block(name)
             sch.decompose_reduction(b, sch.get_loops(b)[-n_reduce])
 
+    @primitive
     def bind_packs(self, threads: int = 256):
         """Map each weight layout of the parameter transforms (`pack`) onto the GPU: its
         elements spread over thread blocks of `threads` threads.
@@ -232,7 +233,7 @@ class GpuPrimitives:
                 for f_1 in T.thread_binding(256, thread="threadIdx.x"):
                     with T.sblock("pack_U"): ...      # a, c, b from f_0 * 256 + f_1
         """
-        if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 1024:
+        if not 1 <= threads <= 1024:
             raise ScheduleError(f"bind_packs: threads must be an int in [1, 1024], got {threads!r}")
         names = [f"pack_{name}" for name, *_ in self.plan.packs]
         if not names:
@@ -245,9 +246,9 @@ class GpuPrimitives:
             grid, block = self.sch.split(fused, [None, threads])
             self.sch.bind(grid, "blockIdx.x")
             self.sch.bind(block, "threadIdx.x")
-        self._record("bind_packs", threads=threads)
         return self
 
+    @primitive
     def single_kernel(self, blocks: int = DEFAULT_GRID):
         """One kernel for the whole inference; on GPU a persistent, grid-synced kernel.
 
@@ -297,7 +298,7 @@ class GpuPrimitives:
         bound = self._gpu_bound()
         if not bound:
             return KernelPrimitives.single_kernel(self)
-        if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 1:
+        if blocks < 1:
             raise ScheduleError(f"single_kernel: blocks must be a positive int, got {blocks!r}")
         if self.plan.per_level:
             raise ScheduleError("single_kernel: per_level_kernels() was applied")
@@ -309,11 +310,6 @@ class GpuPrimitives:
         if self.persistent_blocks is not None:
             raise ScheduleError("single_kernel: already a persistent kernel")
         self.finalize()
-        try:
-            new = passes.persistent_kernel(self.func, blocks)
-        except ValueError as err:
-            raise ScheduleError(str(err)) from err
-        self._replace(**{self.func_name: new})
+        self._replace(**{self.func_name: passes.persistent_kernel(self.func, blocks)})
         self.persistent_blocks = blocks
-        self._record("single_kernel", blocks=blocks)
         return self

@@ -4,15 +4,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
-from .core import ScheduleError
+from .core import ScheduleError, primitive
 
 LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC = "cortex_leaves", "cortex_level", "cortex_roots"
 
 
 class KernelPrimitives:
 
+    @primitive
     def single_kernel(self):
         """One kernel runs the whole inference, levels included (the default).
 
@@ -21,9 +23,9 @@ class KernelPrimitives:
         ``rs.single_kernel()`` keeps ``cortex_main``: leaves, ``for l in range(1, L): level``, roots.
         """
         self.plan = replace(self.plan, per_level=False)
-        self._record("single_kernel")
         return self
 
+    @primitive
     def per_level_kernels(self):
         """One kernel call per level, driven from the host; leaves and roots are kernels of their own.
 
@@ -36,9 +38,8 @@ class KernelPrimitives:
         once per level.
         """
         if self.unroll_depth > 1:
-            raise ScheduleError("per_level_kernels: not with unroll_recursion(depth > 1)")
+            raise ScheduleError("per_level_kernels: not with unroll_levels(depth > 1)")
         self.plan = replace(self.plan, per_level=True)
-        self._record("per_level_kernels")
         return self
 
 
@@ -56,7 +57,6 @@ def split_per_level(func, first_level: int) -> tvm.IRModule:
         raise ScheduleError("per_level_kernels: the level loop was transformed; cannot split it")
     loop = level_loops[0]
     level = tirx.Var("level", "int32")
-    import tvm_ffi
     counter = level - first_level
     level_body = tvm_ffi.structural_map(loop.body, (tvm.ir.Var, lambda v: counter if v.same_as(loop.loop_var) else v),
                                         order="post")
@@ -83,6 +83,5 @@ def _seq(stmts):
 
 def _first_block_name(stmt):
     found = []
-    import tvm_ffi
     tvm_ffi.structural_walk(stmt, (tvm.s_tir.stmt.SBlock, lambda b: found.append(b.name_hint)), order="pre")
     return found[0] if found else None

@@ -1,12 +1,15 @@
 """Primitives that change data layout or index expressions (TIR rewrites)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import tvm
+import tvm_ffi
 
 from .. import fast_math as _fast_math
 from .. import passes
 from ..lower import FUNC_NAME, TRANSFORM_FUNC
-from .core import ScheduleError
+from .core import ScheduleError, primitive
 
 def packed_name(weight: str) -> str:
     """The kernel parameter holding a packed weight (the transform function writes it)."""
@@ -20,6 +23,7 @@ MIN_DENSE_ROWS = 64
 
 class LayoutPrimitives:
 
+    @primitive
     def pack(self, weight: str, axis: int = 0, tile: int = 64, groups: int = 1):
         """Repack a weight so `tile` consecutive rows along `axis` become the innermost dimension.
 
@@ -86,11 +90,11 @@ class LayoutPrimitives:
         else:
             spec = inputs[weight]
         shape = list(spec[1])
-        if not isinstance(axis, int) or not 0 <= axis < len(shape):
+        if not 0 <= axis < len(shape):
             raise ScheduleError(f"pack: axis {axis!r} out of range for {weight!r} of shape {tuple(shape)}")
-        if not isinstance(groups, int) or groups < 1:
+        if groups < 1:
             raise ScheduleError(f"pack: groups must be a positive int, got {groups!r}")
-        if not isinstance(tile, int) or tile < 1 or shape[axis] % (tile * groups):
+        if tile < 1 or shape[axis] % (tile * groups):
             raise ScheduleError(f"pack: tile {tile!r} x groups {groups} does not divide "
                                 f"{weight!r}.shape[{axis}] = {shape[axis]}")
         index_fn = passes.tile_axis(axis, tile, groups, shape[axis])
@@ -105,9 +109,9 @@ class LayoutPrimitives:
             raise ScheduleError(f"pack: {err}") from err
         self._replace(**functions)
         self.plan = self.plan.with_pack(weight, axis, tile, groups, shape[axis])
-        self._record("pack", weight=weight, axis=axis, tile=tile, groups=groups)
         return self
 
+    @primitive
     def dense_index(self, tensor: str):
         """Index a scratchpad by position in the level instead of by node id (non-affine -> affine).
 
@@ -138,15 +142,11 @@ class LayoutPrimitives:
             gates = T.sblock_alloc_buffer((T.max(max_level_size, 64), 1280))
             gates[j, r] = gates_sum[level_offsets[l] + j, r] + bU[r]
         """
-        if not isinstance(tensor, str) or passes.find_alloc(self.func, tensor) is None:
+        if passes.find_alloc(self.func, tensor) is None:
             raise ScheduleError(f"dense_index: no scratchpad named {tensor!r}; scratchpads are "
                                 f"{self.scratchpads()}")
         max_level_size = passes.param(self.func, "max_level_size")
-        try:
-            self._rewrite(lambda f: passes.dense_index(f, tensor, max_level_size, MIN_DENSE_ROWS))
-        except ValueError as err:
-            raise ScheduleError(f"dense_index: {err}") from err
-        self._record("dense_index", tensor=tensor)
+        self._rewrite(lambda f: passes.dense_index(f, tensor, max_level_size, MIN_DENSE_ROWS))
         return self
 
     def scratchpads(self) -> list:
@@ -156,10 +156,10 @@ class LayoutPrimitives:
 
         def on_block(b):
             names.extend(buf.name for buf in b.alloc_buffers)
-        import tvm_ffi
         tvm_ffi.structural_walk(self.func, (tvm.s_tir.stmt.SBlock, on_block), order="pre")
         return names
 
+    @primitive
     def pad_levels(self, multiple: int):
         """Pad every level to a multiple of `multiple` nodes, so node loops split by it need no bounds check.
 
@@ -180,18 +180,17 @@ class LayoutPrimitives:
 
             for j, r in T.grid((level_offsets[l + 1] - level_offsets[l]) // 3 * 3, 1280): ...
         """
-        if not isinstance(multiple, int) or multiple < 1:
+        if multiple < 1:
             raise ScheduleError(f"pad_levels: multiple must be a positive int, got {multiple!r}")
         if self.plan.node_tile != 1:
             raise ScheduleError(f"pad_levels: levels are already padded to {self.plan.node_tile}")
         if multiple > MIN_DENSE_ROWS:
             raise ScheduleError(f"pad_levels: multiple {multiple} > {MIN_DENSE_ROWS} is not supported")
         self._rewrite(lambda f: passes.pad_level_extents(f, multiple))
-        from dataclasses import replace
         self.plan = replace(self.plan, node_tile=multiple)
-        self._record("pad_levels", multiple=multiple)
         return self
 
+    @primitive
     def fast_math(self):
         """Replace float32 exp/sigmoid/tanh by polynomial forms that vectorize.
 
@@ -206,5 +205,4 @@ class LayoutPrimitives:
         ``T.reinterpret("float32", T.shift_left(n + 127, 23))``.
         """
         self._rewrite(_fast_math.rewrite, functions=(FUNC_NAME, TRANSFORM_FUNC))
-        self._record("fast_math")
         return self

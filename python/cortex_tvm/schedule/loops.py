@@ -1,11 +1,13 @@
 """Loop primitives built from TVM's s_tir ones, addressed by block name."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import tvm
 import tvm_ffi
 from tvm import tirx
 
-from .core import ScheduleError
+from .core import ScheduleError, primitive, renamed
 from .layout import packed_name
 
 _SPATIAL, _REDUCE = 0, 2
@@ -26,6 +28,7 @@ class LoopPrimitives:
             raise ScheduleError(f"{block!r} is already transformed (its loops no longer match its iterators)")
         return b, loops, [iv.iter_type for iv in iters]
 
+    @primitive
     def tile_gemm(self, block: str, node_tile: int = 3, column_tile: int = 64, lanes: int = 16,
                   k_unroll: int = 8):
         """Register-tile a per-node matrix-vector block as a GEMM micro-kernel, epilogue included.
@@ -66,7 +69,7 @@ class LoopPrimitives:
         """
         for name, v in (("node_tile", node_tile), ("column_tile", column_tile), ("lanes", lanes),
                         ("k_unroll", k_unroll)):
-            if not isinstance(v, int) or v < 1:
+            if v < 1:
                 raise ScheduleError(f"tile_gemm: {name} must be a positive int, got {v!r}")
         b, loops, kinds = self._block_loops(block)
         spatial = [l for l, k in zip(loops, kinds) if k == _SPATIAL]
@@ -97,8 +100,6 @@ class LoopPrimitives:
         self._fuse_consumers(block, node_tile, column_tile, lanes)
         self._pending_decompose.append((block, 2))     # reduction init goes above the first k loop
         self.tiled.append(block)
-        self._record("tile_gemm", block=block, node_tile=node_tile, column_tile=column_tile, lanes=lanes,
-                     k_unroll=k_unroll)
         return self
 
     def _fuse_consumers(self, block, node_tile, column_tile, lanes):
@@ -223,6 +224,7 @@ class LoopPrimitives:
         kinds = self._block_loops(block, untransformed=False)[2]
         return len(kinds) == rank and all(k == _SPATIAL for k in kinds)
 
+    @primitive
     def vectorize_block(self, block: str, lanes: int = 16):
         """Vectorize the innermost output loop of an elementwise block by `lanes`.
 
@@ -234,7 +236,7 @@ class LoopPrimitives:
             for j, i_0 in T.grid(n, 16):
                 for i_1 in T.vectorized(16): c[...] = ...
         """
-        if not isinstance(lanes, int) or lanes < 1:
+        if lanes < 1:
             raise ScheduleError(f"vectorize_block: lanes must be a positive int, got {lanes!r}")
         b, loops, kinds = self._block_loops(block)
         if any(k != _SPATIAL for k in kinds):
@@ -245,9 +247,9 @@ class LoopPrimitives:
                                 f"multiple of {lanes}")
         _, vec = self.sch.split(loops[-1], [None, lanes])
         self.sch.vectorize(vec)
-        self._record("vectorize_block", block=block, lanes=lanes)
         return self
 
+    @primitive
     def vectorize_reduction(self, block: str, lanes: int = 16):
         """Vectorize a reduction that is not against a weight over its last output axis.
 
@@ -270,7 +272,7 @@ class LoopPrimitives:
             for j, i_0, c in T.grid(n, 16, 4):
                 for i_1 in T.vectorized(16): h_sum[j, i_0 * 16 + i_1] += h[children[..., c], i_0 * 16 + i_1]
         """
-        if not isinstance(lanes, int) or lanes < 1:
+        if lanes < 1:
             raise ScheduleError(f"vectorize_reduction: lanes must be a positive int, got {lanes!r}")
         b, loops, kinds = self._block_loops(block)
         spatial = [l for l, k in zip(loops, kinds) if k == _SPATIAL]
@@ -286,33 +288,59 @@ class LoopPrimitives:
         self.sch.reorder(*spatial[:-1], outer, *reduce, vec)
         self.sch.vectorize(vec)
         self._pending_decompose.append((block, len(spatial)))   # init above the first reduction loop
-        self._record("vectorize_reduction", block=block, lanes=lanes)
         return self
 
-    def persist(self, weight: str):
-        """Keep each core's share of a weight in its own cache across all levels.
+    @primitive
+    def parallel_columns(self, weight: str):
+        """Run the column tiles of every tiled block reading `weight` in parallel across cores.
 
-        Every tiled block reading `weight` runs its column tiles in parallel;
-        TVM's static partition gives a core the same tiles at every level, so
-        it streams the same part of the weight (half of U is 1.3 MB, which
-        fits one core's L2 here) instead of all of it.
+        The column-tile loop (the outermost loop of a tile_gemm block, inside
+        the level loop) becomes `T.parallel`.  TVM's static partition hands
+        each core the same tiles at every level, so each core reads the same
+        share of the weight level after level and that share stays in its own
+        cache (half of a 256-unit TreeLSTM's U is 1.3 MB, which fits one
+        core's L2 here) instead of every core streaming all of it.
 
-        Requires: `weight` packed and the blocks reading it tiled (tile_gemm).
+        Requires: `weight` packed (pack) and at least one block reading it
+        register-tiled (tile_gemm).
+
+        Parameters
+        ----------
+        weight : str   name of the weight parameter (e.g. "U")
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ScheduleError  `weight` not packed, or no tiled block reads it
 
         Examples
         --------
-        Before: ``for r_0 in range(20): ...``; ``rs.persist("U")``; after:
-        ``for r_0 in T.parallel(20): ...``
+        Before (after ``pack("U", tile=64)`` and ``tile_gemm("gates_sum", column_tile=64)``)::
+
+            for l in range(1, L):                      # "level"
+                for r_0 in range(20):                  # column tiles of U
+                    for j_0 in range(n // 3): ...      # node tiles, the GEMM and its epilogue
+
+        ``rs.parallel_columns("U")``; after::
+
+            for l in range(1, L):
+                for r_0 in T.parallel(20):
+                    for j_0 in range(n // 3): ...
         """
         if not any(p[0] == weight for p in self.plan.packs):
-            raise ScheduleError(f"persist: pack {weight!r} first (persist splits its column tiles over cores)")
+            raise ScheduleError(f"parallel_columns: pack {weight!r} first (its column tiles are what "
+                                "runs in parallel)")
         readers = [name for name in self.tiled if self.has_block(name) and self._reads(name, packed_name(weight))]
         if not readers:
-            raise ScheduleError(f"persist: no tiled block reads {weight!r}; apply tile_gemm first")
+            raise ScheduleError(f"parallel_columns: no tiled block reads {weight!r}; apply tile_gemm first")
         for name in readers:
             self.sch.parallel(self.sch.get_loops(self._block(name))[0])
-        self._record("persist", weight=weight)
         return self
+
+    persist = renamed("persist", parallel_columns)
 
     def _reads(self, block, buffer_name):
         found = []
@@ -323,34 +351,53 @@ class LoopPrimitives:
         tvm_ffi.structural_walk(self.sch.get(self._block(block)).body, (tvm.ir.TensorLoad, on_load))
         return bool(found)
 
-    def unroll_recursion(self, depth: int):
+    @primitive
+    def unroll_levels(self, depth: int):
         """Compute `depth` consecutive levels per step of the level loop.
 
-        The level loop is split by `depth` and its inner part unrolled: a step
-        computes a node's level and the next `depth - 1` levels above it while
-        the children's states are still in cache.  A guard skips levels past
-        the root, so any tree height works.
+        The serial level loop is split by `depth` and its inner part unrolled:
+        a step computes a node's level and the next `depth - 1` levels above
+        it while the children's states are still in cache.  A guard skips
+        levels past the root, so any tree height works.  (This unrolls the
+        level loop of the linearized program; it is not CORTEX's recursive
+        unrolling, which inlines a node's children into its own computation.)
+
+        Requires: not with per_level_kernels() (its levels are separate launches).
+
+        Parameters
+        ----------
+        depth : int   levels per step; 1 leaves the loop as it is
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ScheduleError  depth < 1, or per_level_kernels() applied
 
         Examples
         --------
-        Before: ``for l in range(1, L): level(l)``; ``rs.unroll_recursion(2)``; after::
+        Before: ``for l in range(1, L): level(l)``; ``rs.unroll_levels(2)``; after::
 
             for l_0 in range((L - 1 + 1) // 2):
                 for l_1 in T.unroll(2):
                     level(1 + l_0 * 2 + l_1)      # T.where(l_0 * 2 + l_1 < L - 1)
         """
-        if not isinstance(depth, int) or depth < 1:
-            raise ScheduleError(f"unroll_recursion: depth must be a positive int, got {depth!r}")
+        if depth < 1:
+            raise ScheduleError(f"unroll_levels: depth must be a positive int, got {depth!r}")
         if self.plan.per_level:
-            raise ScheduleError("unroll_recursion: not with per_level_kernels()")
+            raise ScheduleError("unroll_levels: not with per_level_kernels()")
         if depth > 1:
             level_loop = self.sch.get_loops(self._block("level"))[0]
             _, inner = self.sch.split(level_loop, [None, depth])
             self.sch.unroll(inner)
         self.unroll_depth = depth
-        self._record("unroll_recursion", depth=depth)
         return self
 
+    unroll_recursion = renamed("unroll_recursion", unroll_levels)
+
+    @primitive
     def peel(self, block: str):
         """Take the bounds check of a split node loop out of the full tiles.
 
@@ -390,8 +437,6 @@ class LoopPrimitives:
                                      order="post")
         if not marked:
             raise ScheduleError(f"peel: {block!r} has no bounds check to peel (split its node loop first)")
-        from dataclasses import replace
         self._replace(**{func_name: new})
         self.plan = replace(self.plan, partition_loops=True)
-        self._record("peel", block=block)
         return self

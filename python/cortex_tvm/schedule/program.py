@@ -5,15 +5,16 @@ from dataclasses import replace
 
 from .. import ra
 from ..lower import lower
-from .core import ScheduleError
+from .core import ScheduleError, primitive
 
 
 class ProgramPrimitives:
 
-    def _only_program_steps_so_far(self, primitive):
+    def _only_program_steps_so_far(self, name):
         if self.scheduled:
-            raise ScheduleError(f"{primitive} re-lowers the program, so it must come before {self.scheduled}")
+            raise ScheduleError(f"{name} re-lowers the program, so it must come before {self.scheduled}")
 
+    @primitive
     def specialize_leaves(self):
         """Give leaves their own loop nest (one large batch), with no is-leaf test in the level loop.
 
@@ -37,9 +38,9 @@ class ProgramPrimitives:
             raise ScheduleError("specialize_leaves: leaves are already specialized")
         self._only_program_steps_so_far("specialize_leaves")
         self._relower(lower(self.lowered.program, specialize_leaves=True))
-        self._record("specialize_leaves")
         return self
 
+    @primitive
     def hoist(self, budget_mb: float = 64.0):
         """Precompute every leaf state per word once; leaves become table lookups.
 
@@ -77,7 +78,7 @@ class ProgramPrimitives:
         if not self.lowered.specialized:
             raise ScheduleError("hoist: apply specialize_leaves() first")
         self._only_program_steps_so_far("hoist")
-        if not isinstance(budget_mb, (int, float)) or budget_mb <= 0:
+        if budget_mb <= 0:
             raise ScheduleError(f"hoist: budget_mb must be a positive number, got {budget_mb!r}")
         program = self.lowered.program
         inputs = [k for k in self.lowered.node_inputs]
@@ -98,7 +99,6 @@ class ProgramPrimitives:
         self._relower(lower(hoisted, specialize_leaves=True, tables=(program, word, tables)))
         self.plan = replace(self.plan, hoisted=tuple((s.name, tables[s].name) for s in program.states))
         self.unhoisted_program = program
-        self._record("hoist", budget_mb=budget_mb)
         return self
 
     def possible_names(self) -> set:
@@ -107,6 +107,7 @@ class ProgramPrimitives:
         states = {f"{s.name}_leaf" for s in self.lowered.program.states}
         return set(self.block_names()) | set(self.scratchpads()) | states
 
+    @primitive
     def dynamic_batch(self, enabled: bool = True):
         """Batch all nodes of a level together (the default); `enabled=False`: one node per step.
 
@@ -114,10 +115,7 @@ class ProgramPrimitives:
         but without batching every internal node is its own level, so the
         node loops run one node per step (what eager recursion does).
         """
-        if not isinstance(enabled, bool):
-            raise ScheduleError(f"dynamic_batch: enabled must be a bool, got {enabled!r}")
         self.plan = replace(self.plan, dynamic_batching=enabled)
-        self._record("dynamic_batch", enabled=enabled)
         return self
 
     def _relower(self, lowered):

@@ -101,7 +101,7 @@ def derived_vector(knobs: dict, facts: ProgramFacts, stats: WorkloadStats) -> li
                                                   int(knobs["max_column_vectors"])), [columns], lanes)
         acc = nt * middle * vectors
         tiles = max(1, columns // (vectors * lanes))
-        parallel = facts.cores if knobs.get("persist") else 1
+        parallel = facts.cores if knobs.get("parallel_columns") else 1
         weight = middle * columns * reduction * (stats.level_mean if not is_leaf else 1.0)
         rows.append((weight, [acc, acc + nt + 1 - facts.registers, float(acc * lanes * 4 >= STACK_BYTES),
                               acc / (middle * vectors + nt), tiles, -(-tiles // parallel) * parallel / tiles,
@@ -116,7 +116,7 @@ def derived_vector(knobs: dict, facts: ProgramFacts, stats: WorkloadStats) -> li
     run_flops = sum(2.0 * m * c * r * (stats.nodes if not leaf else stats.nodes / 2)
                     for m, c, r, leaf in facts.gemms if not (leaf and knobs.get("hoist")))
     return tile + [float(nt), float(waste), float(lanes) / facts.lanes, float(knobs.get("k_unroll", 1)),
-                   float(knobs.get("unroll_depth", 1)), float(bool(knobs.get("persist"))) * facts.cores,
+                   float(knobs.get("unroll_depth", 1)), float(bool(knobs.get("parallel_columns"))) * facts.cores,
                    float(bool(knobs.get("hoist"))), np.log2(max(run_flops, 1.0)), float(facts.lanes),
                    float(facts.registers), float(len([g for g in facts.gemms if not g[3]]))] + stats.vector()
 

@@ -19,6 +19,11 @@ from ..target import make_target
 from ..schedule import RecSchedule, ScheduleError
 
 
+#: knobs renamed since logs were written (old name -> new): records carrying an old name are
+#: read with the new one, so logs and cost data made before a rename keep matching the space
+RENAMED_KNOBS = {"persist": "parallel_columns"}
+
+
 @dataclass(frozen=True)
 class TuningPoint:
     """One configuration: knob name -> value, kept as a sorted tuple so it hashes."""
@@ -37,12 +42,12 @@ class TuningPoint:
 
     @classmethod
     def from_json(cls, data) -> "TuningPoint":
-        """From `to_json()`'s dict or its JSON text."""
+        """From `to_json()`'s dict or its JSON text (old knob names read as their new ones)."""
         if isinstance(data, str):
             data = json.loads(data)
         if not isinstance(data, dict):
             raise ValueError(f"a tuning point is a JSON object of knob values, got {data!r}")
-        return cls.of(**data)
+        return cls.of(**{RENAMED_KNOBS.get(name, name): value for name, value in data.items()})
 
     def __str__(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.knobs)

@@ -1,4 +1,4 @@
-"""unroll_recursion: `depth` consecutive levels per step of the level loop, guarded past the root."""
+"""unroll_levels: `depth` consecutive levels per step of the level loop, guarded past the root."""
 import pytest
 import tvm
 import tvm_ffi
@@ -26,7 +26,7 @@ def test_ir_before_and_after(fresh, specialize, first):
     (loop,) = loops_around(rs.func, "level")
     assert loop.kind == K.SERIAL
     assert isinstance(level_realize(rs.func).predicate, tvm.tirx.IntImm)
-    assert rs.unroll_recursion(2) is rs
+    assert rs.unroll_levels(2) is rs
     outer, inner = loops_around(rs.func, "level")
     assert outer.kind == K.SERIAL and inner.kind == K.UNROLLED and int(inner.extent) == 2
     # ceil((L - first) / 2) steps, each computing levels first + 2 l_0 + l_1
@@ -39,29 +39,48 @@ def test_ir_before_and_after(fresh, specialize, first):
     # a guard skips levels past the root
     assert not isinstance(realize.predicate, tvm.tirx.IntImm)
     assert "T.where(v_0 * 2 + v_1 < num_levels_plus_1 - %d)" % (1 + first) in text
-    assert trace_names(rs)[-1] == "unroll_recursion" and rs.trace[-1].args == {"depth": 2}
+    assert trace_names(rs)[-1] == "unroll_levels" and rs.trace[-1].args == {"depth": 2}
 
 
 def test_depth_one_changes_nothing(fresh):
     rs = fresh("TreeFC").specialize_leaves()
     before = rs.func
-    rs.unroll_recursion(1)
+    rs.unroll_levels(1)
     tvm.ir.assert_structural_equal(rs.func, before)
-    assert trace_names(rs) == ["specialize_leaves", "unroll_recursion"]
+    assert trace_names(rs) == ["specialize_leaves", "unroll_levels"]
 
 
 def test_preconditions(fresh):
     rs = fresh("TreeFC").specialize_leaves()
-    for bad in (0, -2, 2.0, "2", None):
+    for bad in (0, -2):
         with pytest.raises(ct.ScheduleError, match="depth must be a positive int"):
-            rs.unroll_recursion(bad)
+            rs.unroll_levels(bad)
+    for bad in (2.0, "2", None, True):
+        with pytest.raises(ct.ScheduleError, match="unroll_levels: argument 'depth' must be int"):
+            rs.unroll_levels(bad)
     rs.per_level_kernels()
     with pytest.raises(ct.ScheduleError, match=r"not with per_level_kernels\(\)"):
-        rs.unroll_recursion(2)
+        rs.unroll_levels(2)
     assert trace_names(rs) == ["specialize_leaves", "per_level_kernels"]
 
 
 @pytest.mark.parametrize("name", ["TreeLSTM", "TreeFC"])
 def test_same_numbers(check_numbers, name):
-    check_numbers(name, lambda rs: (rs.specialize_leaves(), rs.unroll_recursion(2)))
-    check_numbers(name, lambda rs: rs.unroll_recursion(3))     # unspecialized: leaves in the loop too
+    check_numbers(name, lambda rs: (rs.specialize_leaves(), rs.unroll_levels(2)))
+    check_numbers(name, lambda rs: rs.unroll_levels(3))     # unspecialized: leaves in the loop too
+
+
+def test_unroll_recursion_is_a_deprecated_alias(fresh):
+    new = fresh("TreeFC").specialize_leaves().unroll_levels(2)
+    old = fresh("TreeFC").specialize_leaves()
+    with pytest.warns(DeprecationWarning, match="unroll_recursion is deprecated; use unroll_levels"):
+        assert old.unroll_recursion(2) is old
+    tvm.ir.assert_structural_equal(old.func, new.func)
+    assert old.trace_json() == new.trace_json() and old.unroll_depth == 2
+    # a trace, recipe or tuning log written with the old name replays as the new primitive
+    replayed = fresh("TreeFC").replay('[{"primitive": "specialize_leaves"}, '
+                                      '{"primitive": "unroll_recursion", "args": {"depth": 2}}]')
+    tvm.ir.assert_structural_equal(replayed.func, new.func)
+    assert trace_names(replayed) == ["specialize_leaves", "unroll_levels"]
+    with pytest.warns(DeprecationWarning), pytest.raises(ct.ScheduleError, match="unroll_levels: argument 'depth'"):
+        fresh("TreeFC").unroll_recursion("2")
