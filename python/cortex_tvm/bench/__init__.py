@@ -2,9 +2,12 @@
 
 Every system runs in a process of its own (thread pools of different runtimes
 spin against each other in one process), systems alternate round by round,
-and each system's best round is reported.  See `run` for the orchestrator,
-`worker` for the cortex_tvm / numpy / sgemm workers and `torch_worker.py` (a
-standalone script, no cortex_tvm import) for the PyTorch and DGL baselines.
+and each system's best round is reported.  Every batch of every system is
+checked against a float64 per-node reference (`models.reference64`); a wrong
+one fails the command.  See `run` for the orchestrator, `check` for the
+correctness check, `worker` for the cortex_tvm / numpy / sgemm workers and
+`torch_worker.py` (a standalone script, no cortex_tvm import) for the PyTorch
+and DGL baselines.
 """
 from __future__ import annotations
 

@@ -10,10 +10,9 @@ import os
 import platform
 import time
 
-THREAD_VARS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+import numpy as np
 
-#: absolute tolerance of every system's root h against the numpy reference
-TOLERANCE = 1e-3
+THREAD_VARS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def thread_env(threads: int, base=None) -> dict:
@@ -52,10 +51,16 @@ def best_time(fn, arg, repeats: int) -> float:
     return best
 
 
-def per_batch_best(fn, batches, repeats: int) -> list:
-    """Warm up on every batch once, then each batch's best time over `repeats` (seconds)."""
+def per_batch_best(fn, batches, repeats: int, outputs=None) -> list:
+    """Warm up on every batch once, then each batch's best time over `repeats` (seconds).
+
+    `outputs`, a list, receives a copy of each batch's warm-up result (for the correctness
+    check; a copy, as a runtime may hand back the same buffer every call).
+    """
     for batch in batches:
-        fn(batch)
+        out = fn(batch)
+        if outputs is not None:
+            outputs.append(np.array(out, copy=True))
     return [best_time(fn, batch, repeats) for batch in batches]
 
 

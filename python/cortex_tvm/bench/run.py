@@ -2,11 +2,13 @@
 
 For each (model, H, batch) one .npz holds everything the workers share: the
 model's seeded weights, the batches (SST tree indices for cortex_tvm/numpy;
-flat post-order arrays for the standalone torch worker), the numpy reference
-root h of the first batch, and the useful FLOPs of each batch.  Then
-``for round: for (model, H, batch): for system: run a worker``, each worker a
-fresh process with every runtime's thread pool set to --threads; a system's
-figure is its best round.
+flat post-order arrays for the standalone torch worker) and the useful FLOPs
+of each batch; the orchestrator keeps the float64 reference roots of every
+batch (`models.reference64`).  Then ``for round: for (model, H, batch): for
+system: run a worker``, each worker a fresh process with every runtime's
+thread pool set to --threads, writing the roots of every batch, which are
+checked against the reference (`check.py`); a system's figure is its best
+round, and any wrong batch of any round fails the command.
 """
 from __future__ import annotations
 
@@ -22,12 +24,15 @@ import tempfile
 import time
 
 import numpy as np
+import tvm
 
 from .. import data
+from ..models import reference64
 from ..version import __version__
 from . import TORCH_SYSTEMS
 from .cases import MODEL_CLASSES, TORCH_MODELS, hidden_for, make_model, structures
-from .common import TOLERANCE, batch_starts, cpu_model, thread_env
+from .check import TOLERANCE, check_roots, wrong_lines
+from .common import batch_starts, cpu_model, thread_env
 
 TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_worker.py")
 
@@ -76,7 +81,8 @@ def find_torch_python(explicit, threads):
 
 
 def write_case(path, model, name, trees, batch, batches):
-    """The npz for one (model, H, batch); returns (mean useful FLOPs per batch, mean nodes per batch).
+    """The npz for one (model, H, batch); returns (mean useful FLOPs per batch, mean nodes per batch,
+    the float64 reference roots of every batch, (batches, B, *state)).
 
     Binary-tree models also get flat post-order arrays (word/left/right) for
     the standalone torch worker; other models run on `cases.structures`.
@@ -89,9 +95,8 @@ def write_case(path, model, name, trees, batch, batches):
     flops = [model.flops(model.linearize(g)) for g in groups]        # pad=1: real nodes only
     nodes = sum(len(data.dag_postorder(t)) for g in groups for t in g) / len(groups)
     np.savez(path, model=np.array(name), hidden=np.array(model.hidden_size), batch=np.array(batch),
-             tree_index=index, ref_h=model.reference(groups[0]).astype(np.float32), flops=np.array(flops),
-             **arrays, **{"w_" + k: v for k, v in model.weights.items()})
-    return float(np.mean(flops)), nodes
+             tree_index=index, flops=np.array(flops), **arrays, **{"w_" + k: v for k, v in model.weights.items()})
+    return float(np.mean(flops)), nodes, np.stack([reference64(model, g) for g in groups])
 
 
 def _torch_arrays(trees) -> dict:
@@ -123,9 +128,24 @@ def _fmt_ms(ms):
     return f"{ms:9.3f}" if ms < 100 else f"{ms:9.1f}"
 
 
-def bench(args) -> int:
-    import tvm
+def _meta(args, torch_python, probe, skipped):
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": args.threads,
+        "python": platform.python_version(), "cortex_tvm": __version__, "tvm": tvm.__version__,
+        "numpy": np.__version__, "torch_python": torch_python,
+        "torch": (probe or {}).get("torch"), "dgl": (probe or {}).get("dgl"),
+        "torch_numpy": (probe or {}).get("numpy"), "skipped": skipped,
+        "loadavg_start": list(os.getloadavg()),
+        "metric": "mean over batches of the per-batch minimum over repeats (after warm-up), best round; "
+                  "each system in its own process",
+        "check": f"every batch's roots vs the float64 per-node reference (models.reference64): "
+                 f"max|err| <= {TOLERANCE} * max(1, max|ref|) per batch, every round",
+        "args": {k: v for k, v in vars(args).items() if k != "run"},
+    }
 
+
+def bench(args) -> int:
     _apply_quick(args)
     out_path = args.out or f"bench-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
     systems = list(dict.fromkeys(args.systems))
@@ -140,20 +160,9 @@ def bench(args) -> int:
             skipped.update({s: f"not installed ({torch_reason})" for s in systems if s in TORCH_SYSTEMS})
         elif "dgl" in systems and not probe.get("dgl"):
             skipped["dgl"] = f"not installed ({probe.get('dgl_error', 'no dgl')})"
-    meta = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": args.threads,
-        "python": platform.python_version(), "cortex_tvm": __version__, "tvm": tvm.__version__,
-        "numpy": np.__version__, "torch_python": torch_python,
-        "torch": (probe or {}).get("torch"), "dgl": (probe or {}).get("dgl"),
-        "torch_numpy": (probe or {}).get("numpy"), "skipped": skipped,
-        "loadavg_start": list(os.getloadavg()),
-        "metric": "mean over batches of the per-batch minimum over repeats (after warm-up), best round; "
-                  "each system in its own process",
-        "args": {k: v for k, v in vars(args).items() if k != "run"},
-    }
+    meta = _meta(args, torch_python, probe, skipped)
     print(f"cortex-tvm bench: {args.threads} threads, {meta['cpu']}, loadavg {meta['loadavg_start'][0]:.2f}")
-    print(f"  cortex_tvm {__version__}, tvm {tvm.__version__}, numpy {np.__version__}, "
+    print(f"  cortex_tvm {__version__}, tvm {meta['tvm']}, numpy {np.__version__}, "
           f"torch {meta['torch']}, dgl {meta['dgl']} ({torch_python or 'no torch python'})")
     print(f"  cortex_tvm compiled for mcpu={getattr(args, 'mcpu', None) or 'this CPU'}")
     for system, reason in skipped.items():
@@ -168,17 +177,20 @@ def bench(args) -> int:
                 model = make_model(name, H, len(vocab))
                 for B in args.batch:
                     path = os.path.join(tmp, f"{name}-{H}-{B}.npz")
-                    flops, nodes = write_case(path, model, name, trees, B, args.batches)
+                    flops, nodes, ref = write_case(path, model, name, trees, B, args.batches)
                     cases.append({"model": name, "hidden": H, "batch": B, "path": path,
-                                  "flops": flops, "nodes": nodes})
+                                  "flops": flops, "nodes": nodes, "ref": ref})
 
         def launch(system, case, rnd):
             if system in ("cortex_tvm", "numpy", "sgemm"):
                 cmd = [sys.executable, "-m", "cortex_tvm.bench.worker", system]
             else:
                 cmd = [torch_python, TORCH_WORKER, system]
+            roots = os.path.join(tmp, "roots.npy")
+            if os.path.exists(roots):          # a failed run's: never read as the next one's
+                os.remove(roots)
             if case is not None:
-                cmd.append(case["path"])
+                cmd += [case["path"], "--roots", roots]
             cmd += ["--repeats", str(args.repeats), "--threads", str(args.threads)]
             if system == "cortex_tvm" and getattr(args, "mcpu", None):
                 cmd += ["--mcpu", args.mcpu]
@@ -192,12 +204,17 @@ def bench(args) -> int:
                 row["error"] = err
                 failures.append(f"{system} {where}: {err}")
                 print(f"  round {rnd + 1} {system:12s} {where} FAILED: {err}", flush=True)
+                runs.append(row)
+                return
+            result.pop("system", None)
+            row.update(result)
+            if system == "sgemm":
+                what = f"{row['gflops']:.1f} GFLOP/s"
             else:
-                result.pop("system", None)
-                row.update(result)
-                what = f"{row['gflops']:.1f} GFLOP/s" if system == "sgemm" else \
-                    f"{row['ms']:.3f} ms  (max|diff| {row['max_abs_diff']:.1e})"
-                print(f"  round {rnd + 1} {system:12s} {where} {what}", flush=True)
+                row.update(check_roots(_load_roots(roots), case["ref"]))
+                wrong = f"  WRONG in batches {row['wrong_batches']}" if row["wrong_batches"] else ""
+                what = f"{row['ms']:.3f} ms  (max|err| {row['max_abs_err']:.1e}){wrong}"
+            print(f"  round {rnd + 1} {system:12s} {where} {what}", flush=True)
             runs.append(row)
 
         for rnd in range(args.rounds):
@@ -212,40 +229,71 @@ def bench(args) -> int:
                         continue
                     launch(system, case, rnd)
 
-    # best round per (system, case)
-    rows = []
+    rows, wrong, sgemm_gflops = summarize(cases, runs, systems, skipped)
+    meta["loadavg_end"] = list(os.getloadavg())
+    meta["elapsed_s"] = round(time.time() - started, 1)
+    meta["sgemm_gflops"] = sgemm_gflops
+    print_tables(rows, cases, systems, sgemm_gflops, args)
+    with open(out_path, "w") as f:
+        json.dump({"meta": meta, "sgemm": [r for r in runs if r["system"] == "sgemm" and "error" not in r],
+                   "cases": [{k: v for k, v in c.items() if k not in ("path", "ref")} for c in cases],
+                   "rows": rows, "runs": runs}, f, indent=1)
+    print(f"\nwrote {out_path} (loadavg {meta['loadavg_start'][0]:.2f} -> {meta['loadavg_end'][0]:.2f}, "
+          f"{meta['elapsed_s']:.0f} s)")
+    status = 0
+    for title, lines in ((f"results differ from the float64 reference by more than their tolerance "
+                          f"({TOLERANCE} * max(1, max|ref|) per batch):", wrong),
+                         ("workers failed:", failures)):
+        if lines:
+            print(f"\nERROR: {title}", file=sys.stderr)
+            for line in lines:
+                print("  " + line, file=sys.stderr)
+            status = 1
+    return status
+
+
+def _load_roots(path):
+    """A worker's roots, None when it wrote none (or something unreadable)."""
+    try:
+        return np.load(path)
+    except (OSError, ValueError):
+        return None
+
+
+def summarize(cases, runs, systems, skipped):
+    """(rows: each system's best round per case, with its errors over every round; the lines of
+    every wrong batch or non-finite time; the best sgemm GFLOP/s or None)."""
+    rows, wrong = [], []
     ok = [r for r in runs if "error" not in r]
-    sg = [r for r in ok if r["system"] == "sgemm"]
-    sgemm_gflops = max((r["gflops"] for r in sg), default=None)
-    bad_diffs = []
+    sgemm_gflops = max((r["gflops"] for r in ok if r["system"] == "sgemm"), default=None)
     for case in cases:
         key = (case["model"], case["hidden"], case["batch"])
+        where = f"{key[0]} H={key[1]} B={key[2]}"
         mine = [r for r in ok if r["system"] != "sgemm" and (r["model"], r["hidden"], r["batch"]) == key]
         best = {}
         for system in systems:
             got = [r for r in mine if r["system"] == system]
+            base = {"system": system, "model": key[0], "hidden": key[1], "batch": key[2]}
             if system in skipped or (system in TORCH_SYSTEMS and key[0] not in TORCH_MODELS):
-                reason = skipped.get(system, f"no {system} baseline for {key[0]} in the bench")
-                rows.append({"system": system, "model": key[0], "hidden": key[1], "batch": key[2],
-                             "skipped": reason})
+                rows.append({**base, "skipped": skipped.get(system, f"no {system} baseline for {key[0]} in the bench")})
                 continue
             if not got:
-                rows.append({"system": system, "model": key[0], "hidden": key[1], "batch": key[2],
-                             "error": "every round failed"})
+                rows.append({**base, "error": "every round failed"})
                 continue
-            b = min(got, key=lambda r: r["ms"])
-            best[system] = b
-            diff = max(r["max_abs_diff"] for r in got)
-            finite = all(r.get("finite", True) for r in got) and all(math.isfinite(r["ms"]) for r in got)
-            if not (diff <= TOLERANCE) or not finite:
-                bad_diffs.append(f"{system} {key[0]} H={key[1]} B={key[2]}: max|diff| {diff:.3g}"
-                                 + ("" if finite else ", non-finite output"))
+            b = best[system] = min(got, key=lambda r: r["ms"])
+            for r in got:
+                wrong.extend(wrong_lines(system, where, r, r["round"]))
+                if not math.isfinite(r["ms"]):
+                    wrong.append(f"{system} {where}: non-finite time {r['ms']}")
             row = {k: v for k, v in b.items() if k not in ("round", "wall_s")}
             # GFLOP/s count the work each system does at run time (hoisted leaves are not)
             flops = b.get("runtime_flops", case["flops"])
-            row.update(best_round=b["round"], rounds_ms=[r["ms"] for r in got], max_abs_diff=diff,
-                       mean_nodes=case["nodes"], mflop=flops / 1e6,
-                       gflops=flops / (b["ms"] * 1e-3) / 1e9)
+            # errors: the worst of every round, batch by batch
+            row.update(best_round=b["round"], rounds_ms=[r["ms"] for r in got],
+                       max_abs_err=max(r["max_abs_err"] for r in got),
+                       batch_abs_err=[max(errs) for errs in zip(*(r["batch_abs_err"] for r in got))],
+                       wrong_batches=sorted({k for r in got for k in r["wrong_batches"]}),
+                       mean_nodes=case["nodes"], mflop=flops / 1e6, gflops=flops / (b["ms"] * 1e-3) / 1e9)
             rows.append(row)
         ours = best.get("cortex_tvm")
         for row in rows[-len(systems):]:
@@ -255,28 +303,7 @@ def bench(args) -> int:
             flops = ours.get("runtime_flops", case["flops"])
             case["cortex_tvm_runtime_mflop"] = flops / 1e6
             case["cortex_tvm_pct_of_sgemm"] = 100 * (flops / (ours["ms"] * 1e-3) / 1e9) / sgemm_gflops
-
-    meta["loadavg_end"] = list(os.getloadavg())
-    meta["elapsed_s"] = round(time.time() - started, 1)
-    meta["sgemm_gflops"] = sgemm_gflops
-    print_tables(rows, cases, systems, sgemm_gflops, args)
-    with open(out_path, "w") as f:
-        json.dump({"meta": meta, "sgemm": sg, "cases": [{k: v for k, v in c.items() if k != "path"} for c in cases],
-                   "rows": rows, "runs": runs}, f, indent=1)
-    print(f"\nwrote {out_path} (loadavg {meta['loadavg_start'][0]:.2f} -> {meta['loadavg_end'][0]:.2f}, "
-          f"{meta['elapsed_s']:.0f} s)")
-    status = 0
-    if bad_diffs:
-        print(f"\nERROR: results differ from the numpy reference by more than {TOLERANCE}:", file=sys.stderr)
-        for line in bad_diffs:
-            print("  " + line, file=sys.stderr)
-        status = 1
-    if failures:
-        print("\nERROR: workers failed:", file=sys.stderr)
-        for line in failures:
-            print("  " + line, file=sys.stderr)
-        status = 1
-    return status
+    return rows, wrong, sgemm_gflops
 
 
 def print_tables(rows, cases, systems, sgemm_gflops, args):
@@ -288,7 +315,7 @@ def print_tables(rows, cases, systems, sgemm_gflops, args):
         key = (case["model"], case["hidden"], case["batch"])
         print(f"\n{MODEL_CLASSES[key[0]]} H={hidden_for(key[0], key[1])} batch={key[2]}: {case['nodes']:.0f} nodes, "
               f"{case['flops'] / 1e6:.1f} MFLOP per batch")
-        print(f"  {'system':13s} {'ms':>9s} {'ratio':>7s} {'GFLOP/s':>8s} {'max|diff|':>10s}")
+        print(f"  {'system':13s} {'ms':>9s} {'ratio':>7s} {'GFLOP/s':>8s} {'max|err|':>10s}")
         for row in rows:
             if (row["model"], row["hidden"], row["batch"]) != key:
                 continue
@@ -296,9 +323,18 @@ def print_tables(rows, cases, systems, sgemm_gflops, args):
                 print(f"  {row['system']:13s} {row.get('skipped') or row.get('error')}")
                 continue
             ratio = f"{row['ratio']:7.2f}" if "ratio" in row else f"{'-':>7s}"
-            flag = "" if row["max_abs_diff"] <= TOLERANCE else "  <-- WRONG"
+            flag = f"  <-- WRONG in batches {row['wrong_batches']}" if row["wrong_batches"] else ""
             print(f"  {row['system']:13s} {_fmt_ms(row['ms'])} {ratio} {row['gflops']:8.1f} "
-                  f"{row['max_abs_diff']:10.1e}{flag}")
+                  f"{row['max_abs_err']:10.1e}{flag}")
         if "cortex_tvm_pct_of_sgemm" in case:
             print(f"  cortex_tvm run-time work ({case['cortex_tvm_runtime_mflop']:.1f} MFLOP, hoisted leaves "
                   f"not counted) / sgemm: {case['cortex_tvm_pct_of_sgemm']:.0f} %")
+    print(f"\nmax |err| vs the float64 reference, every batch of every round "
+          f"(tolerance {TOLERANCE} * max(1, max|ref|) per batch):")
+    for system in systems:
+        checked = [r for r in rows if r["system"] == system and "ms" in r]
+        if checked:
+            worst = max(r["max_abs_err"] for r in checked)
+            bad = sum(len(r["wrong_batches"]) for r in checked)
+            verdict = f"WRONG ({bad} batch(es))" if bad else "ok"
+            print(f"  {system:13s} {worst:.1e}  {verdict}  ({len(checked)} case(s))")

@@ -5,6 +5,7 @@ from .dag_rnn import DAGRNN
 from .mv_rnn import MVRNN
 from .seq_rnn import SeqGRU, SeqLSTM
 from ..ra import DAG
+from .reference import reference64
 from .tree_fc import TreeFC
 from .tree_gru import TreeGRU
 from .tree_lstm import TreeLSTM
@@ -14,4 +15,4 @@ BY_NAME = {"treelstm": TreeLSTM, "treefc": TreeFC, "treegru": TreeGRU, "childsum
            "mvrnn": MVRNN, "dagrnn": DAGRNN, "seqlstm": SeqLSTM, "seqgru": SeqGRU}
 
 __all__ = ["Model", "TreeFC", "TreeLSTM", "TreeGRU", "ChildSumTreeLSTM", "MVRNN", "DAGRNN",
-           "SeqLSTM", "SeqGRU", "DAG", "BY_NAME"]
+           "SeqLSTM", "SeqGRU", "DAG", "BY_NAME", "reference64"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import WordModel, check_sizes, sigmoid, zero_states
+from .base import WordModel, check_sizes, lstm_cell, zero_states
 from .structures import count_leaves_internal
 
 
@@ -108,15 +108,13 @@ class ChildSumTreeLSTM(WordModel):
         present = lin.num_children == 0 if self.no_word is None else lin.words != self.no_word
         x = w["emb"][np.where(present, lin.words, 0)] * present[:, None]      # x = 0 without a word
         g = x[lo[0]:lo[1]] @ w["W_iou"].T + bias
-        c[lo[0]:lo[1]] = sigmoid(g[:, :H]) * np.tanh(g[:, 2 * H:])
-        h[lo[0]:lo[1]] = sigmoid(g[:, H:2 * H]) * np.tanh(c[lo[0]:lo[1]])
+        h[lo[0]:lo[1]], c[lo[0]:lo[1]] = lstm_cell(g[:, :H], g[:, H:2 * H], g[:, 2 * H:])
         for start, end in zip(lo[1:-1], lo[2:]):
             kids = lin.children[start:end]                     # (m, K), null slot 0 where absent
-            hk, ck = h[kids], c[kids]                          # (m, K, H)
+            hk = h[kids]                                       # (m, K, H)
             g = hk.sum(1) @ w["U_iou"].T + bias + x[start:end] @ w["W_iou"].T
-            f = sigmoid(hk @ w["U_f"].T + w["bU_f"] + w["b_f"] + (x[start:end] @ w["W_f"].T)[:, None])
-            c[start:end] = sigmoid(g[:, :H]) * np.tanh(g[:, 2 * H:]) + (f * ck).sum(1)
-            h[start:end] = sigmoid(g[:, H:2 * H]) * np.tanh(c[start:end])
+            f = hk @ w["U_f"].T + w["bU_f"] + w["b_f"] + (x[start:end] @ w["W_f"].T)[:, None]
+            h[start:end], c[start:end] = lstm_cell(g[:, :H], g[:, H:2 * H], g[:, 2 * H:], f, c[kids])
         return [h, c]
 
     def flops(self, lin):

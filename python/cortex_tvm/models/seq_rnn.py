@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import WordModel, sigmoid, zero_states
+from .base import WordModel, lstm_cell, sigmoid, zero_states
 from .structures import count_leaves_internal
 
 
@@ -97,14 +97,14 @@ class SeqLSTM(_SeqModel):
         lo = lin.level_offsets
         bias = w["b_ih"] + w["b_hh"]
         for start, end in zip(lo[:-1], lo[1:]):
-            if start == lo[0]:
-                hp, cp = np.zeros((end - start, H), np.float32), 0.0
-            else:
-                kids = lin.children[start:end]
-                hp, cp = h[kids[:, 0]], c[kids[:, 0]]
-            g = self._numpy_inputs(lin, start, end) @ w["W_ih"].T + hp @ w["W_hh"].T + bias
-            c[start:end] = sigmoid(g[:, H:2 * H]) * cp + sigmoid(g[:, :H]) * np.tanh(g[:, 2 * H:3 * H])
-            h[start:end] = sigmoid(g[:, 3 * H:]) * np.tanh(c[start:end])
+            g = self._numpy_inputs(lin, start, end) @ w["W_ih"].T
+            first = start == lo[0]                     # h_0 = c_0 = 0 before the first elements
+            if not first:
+                prev = lin.children[start:end, :1]     # (m, 1): the previous element
+                g = g + h[prev[:, 0]] @ w["W_hh"].T
+            g = g + bias
+            forget, cells = (None, None) if first else (g[:, None, H:2 * H], c[prev])
+            h[start:end], c[start:end] = lstm_cell(g[:, :H], g[:, 3 * H:], g[:, 2 * H:3 * H], forget, cells)
         return [h, c]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import WordModel, sigmoid, zero_states
+from .base import WordModel, lstm_cell, zero_states
 
 
 class TreeLSTM(WordModel):
@@ -85,9 +85,7 @@ class TreeLSTM(WordModel):
         h, c = zero_states(lin, H, 2)
         lo = lin.level_offsets
         gates = w["emb"][lin.words[lo[0]:lo[1]]] @ w["W"].T + w["bW"]
-        i, o, u = gates[:, :H], gates[:, H:2 * H], gates[:, 2 * H:]
-        c[lo[0]:lo[1]] = sigmoid(i) * np.tanh(u)
-        h[lo[0]:lo[1]] = sigmoid(o) * np.tanh(c[lo[0]:lo[1]])
+        h[lo[0]:lo[1]], c[lo[0]:lo[1]] = lstm_cell(gates[:, :H], gates[:, H:2 * H], gates[:, 2 * H:])
         for start, end in zip(lo[1:-1], lo[2:]):
             kids = lin.children[start:end]
             x = np.concatenate([h[kids[:, 0]], h[kids[:, 1]]], axis=1)
@@ -98,9 +96,8 @@ class TreeLSTM(WordModel):
                 xg = (w["emb"][np.where(present, words, 0)] @ w["W"].T + w["bW"]) * present[:, None]
                 for q, p in ((0, 0), (3, 1), (4, 2)):            # i, o, u get W x + bW
                     g[:, q * H:(q + 1) * H] += xg[:, p * H:(p + 1) * H]
-            i, fl, fr, o, u = (g[:, q * H:(q + 1) * H] for q in range(5))
-            c[start:end] = sigmoid(i) * np.tanh(u) + sigmoid(fl) * c[kids[:, 0]] + sigmoid(fr) * c[kids[:, 1]]
-            h[start:end] = sigmoid(o) * np.tanh(c[start:end])
+            forget = g[:, H:3 * H].reshape(end - start, 2, H)            # [f_l; f_r]
+            h[start:end], c[start:end] = lstm_cell(g[:, :H], g[:, 3 * H:4 * H], g[:, 4 * H:], forget, c[kids])
         return [h, c]
 
     def flops(self, lin):
