@@ -142,7 +142,10 @@ def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = F
     recipe_name = recipe.name if recipe is not None else "custom"
     executable = build_module(rs.module(), tgt, {**rs.plan.pass_config(), **(BOUNDS_CHECK if bounds_check else {})})
     signature = rs.signature
-    compiled = CompiledModel(model, signature, executable, tgt, rs.plan, model_weight_arrays(model, signature),
-                             recipe_name, state_shapes, lowered=rs.lowered, trace=[step.as_json() for step in rs.trace])
+    compiled = CompiledModel(signature, executable, tgt, rs.plan, model_weight_arrays(model, signature),
+                             vocab_bound=model.vocab_bound, model_name=type(model).__name__,
+                             aliases=getattr(model, "aliases", {}), recipe_name=recipe_name,
+                             state_shapes=state_shapes, lowered=rs.lowered,
+                             trace=[step.as_json() for step in rs.trace])
     compiled.bounds_check = bounds_check
     return compiled

@@ -25,7 +25,6 @@ import json
 import os
 import tempfile
 import zipfile
-from types import SimpleNamespace
 
 import numpy as np
 import tvm
@@ -128,7 +127,7 @@ def _given_weights(meta, signature, weights):
 
 def read(path, weights=None) -> dict:
     """The parts of an exported model, checked (see `integrity`) before the library is mapped:
-    the keyword arguments of `CompiledModel`, plus "model_name".  `runtime.load` builds the
+    the keyword arguments of `CompiledModel`.  `runtime.load` builds the
     CompiledModel from them; this module stays below the runtime.
 
     weights: None (the bundled ones) or a dict name -> numpy array / torch tensor with
@@ -150,7 +149,6 @@ def read(path, weights=None) -> dict:
     else:
         arrays = _given_weights(meta, signature, weights)
     executable = tvm.runtime.Executable(tvm.runtime.load_module(os.path.join(path, LIB)))
-    return {"model": SimpleNamespace(vocab_bound=meta["vocab_bound"], aliases=meta.get("aliases", {})),
-            "signature": signature, "executable": executable, "target": Target(meta["target"]), "plan": plan,
+    return {"vocab_bound": meta["vocab_bound"], "aliases": meta.get("aliases", {}), "signature": signature, "executable": executable, "target": Target(meta["target"]), "plan": plan,
             "weights": arrays, "recipe_name": meta["recipe"], "state_shapes": meta.get("visible_state_shapes"),
             "model_name": meta["model"], "trace": meta.get("trace", [])}

@@ -74,11 +74,11 @@ class CompiledModel:
     #: validate a Linearized's index arrays in run() (set by compile(bounds_check=True))
     bounds_check = False
 
-    def __init__(self, model, signature, executable, target, plan, weights, recipe_name, state_shapes=None,
-                 model_name=None, lowered=None, trace=()):
-        self.model_name = model_name or type(model).__name__
+    def __init__(self, signature, executable, target, plan, weights, *, vocab_bound, model_name,
+                 aliases=None, recipe_name="custom", state_shapes=None, lowered=None, trace=()):
+        self.model_name = model_name
         #: other names of the weights (PyTorch's), kept for load(path, weights=state_dict)
-        self.aliases = dict(getattr(model, "aliases", {}))
+        self.aliases = dict(aliases or {})
         self.signature, self.executable, self.target, self.plan = signature, executable, target, plan
         #: the Lowered program when compiled in this process (None for a loaded model)
         self.lowered = lowered
@@ -87,7 +87,7 @@ class CompiledModel:
         self.recipe_name = recipe_name
         self._max_children = signature.max_children
         self._shared_nodes = signature.kind == "dag"     # DAG: a shared node gets one slot
-        self._vocab_bound = model.vocab_bound
+        self._vocab_bound = vocab_bound
         self._states = signature.states
         #: the states' shapes as the user's model has them; the kernel's may be padded
         #: to the vector width (padding.py), and the padding is sliced off here

@@ -40,8 +40,8 @@ def test_per_level_gpu_schedule_matches_reference_on_cpu(sst, name):
                         for gv, f in rs.finalize().module().functions.items()})
     target = build.make_target("llvm")
     executable = build.build_module(mod, target)
-    emulated = CompiledModel(model, rs.signature, executable, target, rs.plan,
-                             model_weight_arrays(model, rs.signature), "emu")
+    emulated = CompiledModel(rs.signature, executable, target, rs.plan, model_weight_arrays(model, rs.signature),
+                             vocab_bound=model.vocab_bound, model_name=name, recipe_name="emu")
     weights = {k: np.array(v) for k, v in model.weights.items()}
     batch = trees[:100]
     ref = reference.tree_fc(batch, weights) if name == "TreeFC" else reference.tree_lstm(batch, weights)[0]
