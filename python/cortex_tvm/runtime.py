@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import tvm
 
 from . import export as _export
 from . import linearize as _linearize
@@ -136,7 +137,6 @@ class CompiledModel:
 
     def _run_cuda(self, lin: _linearize.Linearized):
         """run() on a CUDA device: arrays are copied in, the kernels launched, results copied back."""
-        import tvm
         device = tvm.cuda(0)
         if not device.exist:
             raise RuntimeError("no CUDA device: this model was compiled for target 'cuda' but no GPU is "
