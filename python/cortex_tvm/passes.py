@@ -45,17 +45,6 @@ def packed_shape(shape, index_fn) -> tuple:
     return tuple(int(np.max(o)) + 1 for o in out)
 
 
-def pack_array(array: np.ndarray, index_fn) -> np.ndarray:
-    """`out[index_fn(*i)] = array[i]` for every index i (numpy evaluates the same lambda)."""
-    idx = tuple(np.asarray(i) for i in index_fn(*np.indices(array.shape)))
-    shape = tuple(int(i.max()) + 1 for i in idx)
-    if np.unique(np.ravel_multi_index(idx, shape)).size != array.size:
-        raise ValueError("pack: the index map sends two elements to the same place")
-    out = np.zeros(shape, array.dtype)
-    out[idx] = array
-    return out
-
-
 def tile_axis(axis: int, tile: int, groups: int = 1, extent: int | None = None):
     """Index map moving `axis` into (axis // tile) first and (axis % tile) last.
 

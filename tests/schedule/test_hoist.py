@@ -41,7 +41,6 @@ def test_ir_before_and_after(fresh, vocab_size, name, states):
     # the level loop is untouched
     assert block_names(find_block(func, "level").body) == block_names(find_block(before, "level").body)
     assert rs.plan.hoisted == tuple((s, f"{s}_table") for s in states)
-    assert rs.unhoisted_program is not rs.lowered.program
     # the leaf computation moved to the transform function beside the kernel, over the vocabulary:
     # the same blocks as the leaves had, a word's row at the word itself (no word array)
     transform = rs.transform_func

@@ -93,13 +93,17 @@ def test_pack_twice_says_already_packed(fresh):
         rs.pack("U", axis=0, tile=32)
 
 
-def test_pack_array_matches_index_map():
-    a = np.arange(12 * 5, dtype=np.float32).reshape(12, 5)
-    packed = passes.pack_array(a, passes.tile_axis(0, 4))
-    assert packed.shape == (3, 5, 4)
-    for r in range(12):
-        for c in range(5):
-            assert packed[r // 4, c, r % 4] == a[r, c]
+@pytest.mark.parametrize("axis, tile, groups, shape", [(0, 4, 1, (12, 5)), (1, 2, 1, (3, 8)), (0, 2, 3, (12, 4))])
+def test_untile_axis_inverts_tile_axis(axis, tile, groups, shape):
+    """The transform function's pack reads W[untile(p)] for each packed index p: a bijection."""
+    forward = passes.tile_axis(axis, tile, groups, shape[axis])
+    inverse = passes.untile_axis(axis, tile, groups, shape[axis])
+    seen = set()
+    for index in np.ndindex(*shape):
+        packed = tuple(int(x) for x in forward(*index))
+        assert tuple(int(x) for x in inverse(*packed)) == index
+        seen.add(packed)
+    assert len(seen) == int(np.prod(shape))
 
 
 @pytest.mark.parametrize("name, weights", [("TreeLSTM", ["U", "W"]), ("TreeFC", ["W"])])
@@ -110,14 +114,14 @@ def test_same_numbers(check_numbers, make_model, batches, name, weights):
             rs.pack(w, axis=0, tile=32)
     packed = check_numbers(name, recipe)
     assert [p[:3] for p in packed.plan.packs] == [(w, 0, 32) for w in weights]
-    # the runtime repacks the weights the same way
+    # the transform function laid the weights out so: W_packed[r // 32, c, r % 32] = W[r, c]
     model = make_model(name)
-    for w, array in zip([w.name for w in packed.lowered.weights], packed._weights):
-        want = model.weights[w]
-        if w in weights:
-            want = passes.pack_array(want, passes.tile_axis(0, 32))
-            assert array.shape == (want.shape[0], want.shape[1], 32) or array.ndim == 3
-        np.testing.assert_array_equal(array, want)
+    kernel = dict(zip([n for n, _, _ in packed.signature.weights], packed._weights))
+    for w in weights:
+        rows, cols = model.weights[w].shape
+        want = model.weights[w].reshape(rows // 32, 32, cols).transpose(0, 2, 1)
+        np.testing.assert_array_equal(kernel[f"{w}_packed"], want)
+        assert w not in kernel
     # and the numbers are those of the unpacked program
     plain = check_numbers(name, lambda rs: rs.specialize_leaves())
     for batch in batches:

@@ -98,7 +98,6 @@ class ProgramPrimitives:
         hoisted = ra.RecProgram(program.spec, program.states, leaf, program.internal)
         self._relower(lower(hoisted, specialize_leaves=True, tables=(program, word, tables)))
         self.plan = replace(self.plan, hoisted=tuple((s.name, tables[s].name) for s in program.states))
-        self.unhoisted_program = program
         return self
 
     def possible_names(self) -> set:
