@@ -9,7 +9,6 @@ from __future__ import annotations
 from . import recipes
 from .build import build_module, build_schedule, schedule_model
 from .padding import compiled_form
-from .schedule import split_per_level
 from .target import make_target
 from .tune.apply import resolve_recipe
 from .tune.pretrained import choose
@@ -42,14 +41,14 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
 def cross_compile(model, target, path, schedule=None) -> str:
     """Compile `model` for another machine and write the code as an object file at `path`.
 
-    The object holds the kernel (`cortex_main`, or the per-level functions);
-    link it into a shared library with that machine's toolchain and run it
-    with the weights from `compiled.export` semantics.  Returns `path`.
+    The object holds the kernel (`cortex_main`, or the per-level functions) and the
+    parameter transforms (`cortex_transform_params`, when the schedule packs or hoists);
+    link it into a shared library with that machine's toolchain, run the transforms once
+    on the model's weights, then the kernel.  Returns `path`.
     """
     tgt = make_target(target)
     rs, _ = schedule_model(compiled_form(model, tgt), tgt, schedule)
-    mod = split_per_level(rs.func, rs.lowered.first_level) if rs.plan.per_level else rs.mod
-    build_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
+    build_module(rs.finalize().module(), tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
     return str(path)
 
 

@@ -23,6 +23,10 @@ allocates a placeholder of that size.  Weights are Relax constants: the
 kernel's arguments, which the schedule's parameter transforms (packing, leaf
 tables) compute from the model's weights once, when the call is made.
 
+Sizes are padded to the vector width as `compile()` pads them (`padding.py`),
+so an odd hidden size gets the same register-tiled kernel; `emit` slices the
+roots back to the model's state shape with `R.strided_slice`.
+
 `RecursiveCall` is the building block: `emit(bb)` emits the call inside a
 BlockBuilder function whose parameters include `call.params`, so a model
 can be surrounded by other Relax code (see examples/sst_classifier.py).
@@ -35,6 +39,7 @@ import tvm
 from tvm import relax, tirx
 
 from . import build as _build
+from .padding import compiled_form
 from .runtime import kernel_weights, model_weight_arrays
 
 __all__ = ["RecursiveCall", "as_relax"]
@@ -55,7 +60,9 @@ class RecursiveCall:
 
     def __init__(self, model, target="llvm", schedule=None):
         tgt = _build.make_target(target)
-        rs, recipe = _build.schedule_model(model, tgt, schedule)
+        # the sizes padded to the vector width as compile() pads them; the roots are sliced back
+        kernel_model = compiled_form(model, tgt)
+        rs, recipe = _build.schedule_model(kernel_model, tgt, schedule)
         if rs.plan.per_level:
             raise ValueError(f"as_relax: recipe {recipe.name!r} uses per-level kernels; Relax embedding "
                              "needs a single-kernel schedule (pass schedule=... without per_level_kernels)")
@@ -63,8 +70,10 @@ class RecursiveCall:
         self.signature = rs.signature
         self.pass_config = rs.plan.pass_config()
         self.func = _with_shape_param(rs.func, "max_level_size")
-        self.weights = self._transformed_weights(rs)
+        self.weights = self._transformed_weights(rs, kernel_model)
         self.states = self.signature.states
+        #: the first state's shape as the user's model has it (the kernel's may be padded)
+        self.visible_shape = tuple(int(d) for d in model.program.states[0].shape)
 
         sizes = {name: tirx.Var(name, "int64") for name in ("num_slots", "num_levels_plus_1", "batch")}
         self._N, self._B, self._M = sizes["num_slots"], sizes["batch"], tirx.Var("max_level_size", "int64")
@@ -80,10 +89,10 @@ class RecursiveCall:
                 shape = [sizes.get(d, d) for d in p.shape]
                 self.params.append(relax.Var(p.name, relax.TensorType(shape, p.dtype)))
 
-    def _transformed_weights(self, rs) -> list:
+    def _transformed_weights(self, rs, kernel_model) -> list:
         """The kernel's weight arguments (Relax constants): the model's weights through the
         module's parameter transforms, run once on the target's device, as `compile()` runs them."""
-        model_weights = model_weight_arrays(self.model, self.signature)
+        model_weights = model_weight_arrays(kernel_model, self.signature)
         if not self.signature.transform:
             return [model_weights[n] for n, _, _ in self.signature.weights]
         device = tvm.cuda(0) if self.target.kind.name == "cuda" else tvm.cpu(0)
@@ -94,8 +103,8 @@ class RecursiveCall:
 
     @property
     def out_type(self):
-        _, shape, dtype = self.states[0]
-        return relax.TensorType([self._B, *shape], dtype)
+        """The type of what `emit` returns: the roots' first state, (B, *the model's state shape)."""
+        return relax.TensorType([self._B, *self.visible_shape], self.states[0][2])
 
     def emit(self, bb: relax.BlockBuilder, name: str = "cortex_main") -> relax.Expr:
         """Emit the kernel call in the current function of `bb`; returns the root states (B, *shape)."""
@@ -105,11 +114,17 @@ class RecursiveCall:
         states = [bb.emit(relax.op.zeros(relax.ShapeExpr([self._N, *shape]), dtype)) for _, shape, dtype in self.states]
         args = structure + [extent] + [relax.const(w) for w in self.weights] + states
         first_state = len(args) - len(states)
-        out_types = [relax.TensorType([self._N, *shape], dtype) for _, shape, dtype in self.states] + [self.out_type]
+        _, kernel_shape, dtype = self.states[0]
+        out_types = [relax.TensorType([self._N, *shape], dtype) for _, shape, dtype in self.states] + \
+            [relax.TensorType([self._B, *kernel_shape], dtype)]
         result = bb.emit(relax.op.call_tir_inplace(
             gv, relax.Tuple(args), inplace_indices=[first_state + i for i in range(len(states))] + [-1],
             out_ty=out_types))
-        return bb.emit(relax.TupleGetItem(result, len(states)))
+        roots = bb.emit(relax.TupleGetItem(result, len(states)))
+        if tuple(kernel_shape) == self.visible_shape:
+            return roots
+        axes = list(range(1, 1 + len(kernel_shape)))
+        return bb.emit(relax.op.strided_slice(roots, axes, [0] * len(axes), list(self.visible_shape)))
 
     def linearize(self, trees):
         return self.signature.layout(trees, self.plan.node_tile, self.plan.dynamic_batching, self.model.vocab_bound)

@@ -103,3 +103,16 @@ def test_sst_classifier_matches_pytorch(sst):
     with torch.no_grad():
         want = torch.softmax(head(torch.stack([node(t)[0] for t in batch])), -1).numpy()
     np.testing.assert_allclose(probs, want, atol=1e-4, rtol=0)
+
+
+def test_odd_size_is_padded_like_compile_and_sliced_back(sst):
+    """H=37 runs as the padded (register-tiled) kernel compile() builds; Relax gets (B, 37)."""
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(hidden_size=37, vocab_size=len(vocab))
+    call = RecursiveCall(model, "llvm")
+    assert call.states[0][1] != (37,) and call.visible_shape == (37,)       # the kernel is padded
+    mod, make_inputs = model.as_relax("llvm")
+    assert "strided_slice" in mod["main"].script()
+    got = _vm(mod)["main"](*make_inputs(trees[:25])).numpy()
+    assert got.shape == (25, 37)
+    np.testing.assert_allclose(got, model.reference(trees[:25]), atol=1e-4, rtol=0)
