@@ -81,3 +81,21 @@ def every_op(node, p):
     lo, hi = ct.split(h2, 2)
     z = p.B @ ct.concat([h0 * s1, hi])          # parts of unequal sizes: reduced part by part
     return ct.tanh(y + ct.concat([hi, lo]) + z), s0 * 0.25 + ct.exp(-y * y) / 3
+
+
+@ct.recursive
+def dependency_lstm(node, p):
+    """The Dependency Tree-LSTM (child-sum, Tai et al.): x = emb[word] at every node, zeros at an
+    inner node without a word."""
+    x = p.emb[node.word]
+    if node.is_leaf:
+        i, o, u = ct.split(p.W_iou @ x + p.b_iou + p.bU_iou, 3)
+        c = ct.sigmoid(i) * ct.tanh(u)
+    else:
+        kids = [dependency_lstm(child, p) for child in node.children]
+        h_sum = sum(h for h, _ in kids)
+        i, o, u = ct.split(p.U_iou @ h_sum + p.W_iou @ x + p.b_iou + p.bU_iou, 3)
+        c = ct.sigmoid(i) * ct.tanh(u)
+        for h_k, c_k in kids:
+            c = c + ct.sigmoid(p.U_f @ h_k + p.W_f @ x + p.bU_f + p.b_f) * c_k
+    return ct.sigmoid(o) * ct.tanh(c), c

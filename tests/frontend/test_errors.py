@@ -215,13 +215,6 @@ def child_of_leaf(node, p):
 
 
 @ct.recursive
-def inner_word(node, p):
-    if node.is_leaf:
-        return p.emb[node.word]
-    return p.emb[node.word] + inner_word(node.children[0], p)  # <-
-
-
-@ct.recursive
 def counts_children(node, p):
     if node.is_leaf:
         return p.emb[node.word]
@@ -261,7 +254,6 @@ def unknown_attribute(node, p):
 @pytest.mark.parametrize("cell, error, match", [
     (third_child, ValueError, r"node.children\[2\]: max_children=2"),
     (child_of_leaf, ValueError, r"node.children\[0\] at a leaf"),
-    (inner_word, ValueError, "node.word at an inner node"),
     (counts_children, TypeError, r"len\(node.children\) depends on the tree"),
     (peeks_at_child, TypeError, r"node.children\[0\].is_leaf: a cell inspects only its own node"),
     (calls_on_itself, TypeError, r"must be called on node.children\[j\]"),

@@ -43,6 +43,8 @@ class TracedModel(Model):
         self.vocab_size = min(s[0] for s in tables.values()) if tables else None
         self.hidden_size = self.trace.state_shapes[0][0]
         self.embed_size = next(iter(tables.values()))[1] if tables else self.hidden_size
+        #: inner nodes may carry words (`Model.no_word` marks those without)
+        self.reads_inner_words = to_ra.reads_inner_words(self.trace)
         self._program = None
         self.load_weights(weights)          # validated float32 copies
 
@@ -61,7 +63,7 @@ class TracedModel(Model):
         return to_ra.build_program(self.trace)
 
     def numpy_forward(self, lin):
-        return reference.numpy_forward(self.trace, self.weights, lin)
+        return reference.numpy_forward(self.trace, self.weights, lin, self.no_word)
 
 
 def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tuning_log=None,  # noqa: A001

@@ -16,13 +16,16 @@ _UNARY = {"sigmoid": sigmoid, "tanh": np.tanh, "exp": np.exp, "relu": lambda v: 
 _BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
 
 
-def numpy_forward(trace, weights: dict, lin) -> list:
-    """All states of all slots, (num_slots, *state shape) each, float32 (slot 0: the null node)."""
+def numpy_forward(trace, weights: dict, lin, no_word=None) -> list:
+    """All states of all slots, (num_slots, *state shape) each, float32 (slot 0: the null node).
+
+    no_word: the marker the linearizer stores at a node without a word (the embedding reads
+    zeros there), or None when only leaves read words."""
     states = [np.zeros((lin.num_slots,) + shape, np.float32) for shape in trace.state_shapes]
     lo = lin.level_offsets
     levels = [(trace.leaf, lo[0], lo[1])] + [(trace.inner, a, b) for a, b in zip(lo[1:-1], lo[2:])]
     for case, start, end in levels:
-        values = _Level(weights, lin, states, start, end).states(case)
+        values = _Level(weights, lin, states, start, end, no_word).states(case)
         for state, value in zip(states, values):
             state[start:end] = value
     return states
@@ -31,8 +34,8 @@ def numpy_forward(trace, weights: dict, lin) -> list:
 class _Level:
     """Evaluates one case for the nodes [start, end) of one level, each tensor once."""
 
-    def __init__(self, weights, lin, states, start, end):
-        self.w, self.lin, self.all_states = weights, lin, states
+    def __init__(self, weights, lin, states, start, end, no_word):
+        self.w, self.lin, self.all_states, self.no_word = weights, lin, states, no_word
         self.rows = slice(start, end)
         self.count = end - start
         self.memo = {}
@@ -52,7 +55,11 @@ class _Level:
         if op == "weight":
             return self.w[t.attrs["name"]]
         if op == "embed":
-            return self.w[t.attrs["name"]][self.lin.words[self.rows]]
+            words = self.lin.words[self.rows]
+            if self.no_word is None:
+                return self.w[t.attrs["name"]][words]
+            present = words != self.no_word
+            return self.w[t.attrs["name"]][np.where(present, words, 0)] * present[:, None]
         if op == "child":
             return self.all_states[t.attrs["state"]][self.lin.children[self.rows, t.attrs["j"]]]
         if op == "unary":

@@ -57,6 +57,20 @@ def tables_read(trace) -> dict:
     return out
 
 
+def reads_inner_words(trace) -> bool:
+    """Whether the inner case reads `p.<table>[node.word]` (a word on inner nodes)."""
+    stack, seen = list(trace.inner.states), set()
+    while stack:
+        t = stack.pop()
+        if id(t) in seen or isinstance(t, float):
+            continue
+        seen.add(id(t))
+        if t.op == "embed":
+            return True
+        stack.extend(_args(t))
+    return False
+
+
 def build_program(trace) -> ra.RecProgram:
     """The RA program of a traced cell (weights declared in the order they were given)."""
     env = _Env(trace)
@@ -73,7 +87,9 @@ class _Env:
         self.n = ra.node()
         self.weights = {name: ra.weight(name, shape) for name, shape in trace.weight_shapes.items()}
         tables = tables_read(trace)
-        self.word = ra.node_input("word", bound=min(s[0] for s in tables.values())) if tables else None
+        # optional: inner nodes may lack a word, and the linearizer marks those
+        self.word = ra.node_input("word", bound=min(s[0] for s in tables.values()),
+                                  optional=reads_inner_words(trace)) if tables else None
         self.states = [ra.rec_placeholder(state_name(i), shape) for i, shape in enumerate(trace.state_shapes)]
         self.taken = set(self.weights) | {s.name for s in self.states} | RESERVED
 
@@ -202,7 +218,11 @@ class _Stage:
         if op == "weight":
             return env.weights[t.attrs["name"]][r]
         if op == "embed":
-            return env.weights[t.attrs["name"]][env.word[env.n], r]
+            table = env.weights[t.attrs["name"]]
+            if env.word.missing is None:
+                return table[env.word[env.n], r]
+            row = table[env.word.index(env.n), r]       # index: in range where the marker is stored
+            return row if self.stage == "leaf" else ra.if_then_else(env.word.present(env.n), row, ra.zero())
         if op == "child":
             return env.states[t.attrs["state"]][ra.child(env.n, t.attrs["j"]), r]
         if op == "unary":

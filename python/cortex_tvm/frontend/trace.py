@@ -19,12 +19,6 @@ from .tensor import Tensor, Word
 from .where import UnsupportedAttribute, Where, caller, type_error, value_error
 from .where import cell as _cell
 
-#: Whether an inner node's `node.word` may be read.  Today a `data.Node` holds a word XOR
-#: children and the linearizer stores 0 for inner nodes, so reading it would silently give
-#: row 0 of the table; set this True once inner nodes carry words (dependency trees).
-INNER_NODES_HAVE_WORDS = False
-
-
 class _Active(threading.local):
     ctx = None
 
@@ -142,8 +136,9 @@ class NodeProxy:
 
     @property
     def word(self) -> Word:
-        if not self._ctx.leaf and not INNER_NODES_HAVE_WORDS:
-            raise value_error("node.word at an inner node: only leaves carry a word")
+        """The node's word, as an embedding index.  An inner node may have one (dependency
+        trees, `data.Node(word=w, children=[...])`); at one without, `p.<table>[node.word]`
+        reads a row of zeros."""
         return Word()
 
     @property
