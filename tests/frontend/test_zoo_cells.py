@@ -96,3 +96,37 @@ def test_zoo_recipe_applies_to_the_traced_tree_lstm():
     np.testing.assert_allclose(compiled(BINARY), zoo.reference(BINARY), atol=TOL, rtol=0)
     # the same machine code as the zoo model's: it runs exactly as fast
     assert compiled.inspect_source() == zoo.compile(schedule="treelstm_llvm").inspect_source()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cell_at_odd_sizes_is_padded_like_the_zoo_model(name):
+    """H=37, E=21 (TreeFC: E=H): the cell's weight axes are read off its extents and confirmed by tracing at
+    other sizes, so it is padded to the vector width as the zoo model is (the same kernel
+    shape, the register-tiled fast path) and the padding is sliced off."""
+    zoo_class, cell, kwargs, max_children, trees = CASES[name]
+    sizes = {} if name == "TreeFC" else {"embed_size": 21}        # TreeFC's leaf h is its embedding
+    zoo = zoo_class(hidden_size=37, vocab_size=V, seed=5, **sizes, **kwargs)
+    compiled = ct.compile(cell, weights=zoo.weights, max_children=max_children)
+    zoo_compiled = zoo.compile()
+    assert compiled.signature.states == zoo_compiled.signature.states
+    assert compiled.signature.states[0][1] != (37,)
+    roots = compiled(trees)
+    assert roots.shape == (len(trees), 37)
+    np.testing.assert_allclose(roots, zoo.reference(trees), atol=TOL, rtol=0)
+
+
+def test_a_state_that_is_not_one_hidden_block_keeps_its_sizes():
+    """A cell whose second state is [h; h] (2H) cannot be sliced back after padding: fixed shapes."""
+    @ct.recursive
+    def doubled(node, p):
+        if node.is_leaf:
+            h = p.emb[node.word]
+        else:
+            h = ct.tanh(p.W @ (doubled(node.children[0], p)[0] + doubled(node.children[1], p)[0]) + p.b)
+        return h, ct.concat([h, h])
+
+    zoo = ct.models.TreeFC(hidden_size=37, vocab_size=V)
+    model = TracedModel(doubled, zoo.weights)
+    assert model._axes is None and model.weight_shapes() == {k: v.shape for k, v in zoo.weights.items()}
+    np.testing.assert_allclose(ct.compile(doubled, weights=zoo.weights)(BINARY), zoo.reference(BINARY),
+                               atol=TOL, rtol=0)

@@ -45,6 +45,10 @@ class TracedModel(Model):
         self.embed_size = next(iter(tables.values()))[1] if tables else self.hidden_size
         #: inner nodes may carry words (`Model.no_word` marks those without)
         self.reads_inner_words = to_ra.reads_inner_words(self.trace)
+        #: how each weight axis scales with the sizes, when the function traces consistently at
+        #: other sizes (then `padding` can round them up as for a zoo model); None: fixed shapes
+        self._axes = self._scaling_axes(set(tables))
+        self._traces = {self._key(shapes): self.trace}
         self._program = None
         self.load_weights(weights)          # validated float32 copies
 
@@ -57,13 +61,57 @@ class TracedModel(Model):
         return self._max_children
 
     def weight_shapes(self) -> dict:
-        return dict(self._shapes)
+        """The given weights' shapes, or, for a copy at other sizes (`padding`), those sizes'."""
+        if self._axes is None:
+            return dict(self._shapes)
+        return self._shapes_at({"hidden_size": self.hidden_size, "embed_size": self.embed_size})
 
     def build_program(self):
-        return to_ra.build_program(self.trace)
+        return to_ra.build_program(self._current_trace())
 
     def numpy_forward(self, lin):
-        return reference.numpy_forward(self.trace, self.weights, lin, self.no_word)
+        return reference.numpy_forward(self._current_trace(), self.weights, lin, self.no_word)
+
+    # -- sizes ------------------------------------------------------------------------------
+    @staticmethod
+    def _key(shapes):
+        return tuple(sorted(shapes.items()))
+
+    def _current_trace(self):
+        """The function traced at the current weight shapes (retraced once per set of sizes)."""
+        shapes = self.weight_shapes()
+        key = self._key(shapes)
+        if key not in self._traces:
+            self._traces[key] = trace(self.fn, shapes, self._max_children)
+        return self._traces[key]
+
+    def _shapes_at(self, sizes: dict) -> dict:
+        return {name: tuple(sizes[axis[0]] * axis[1] if axis else extent
+                            for extent, axis in zip(self._shapes[name], self._axes[name]))
+                for name in self._shapes}
+
+    def _scaling_axes(self, tables: set):
+        """name -> per axis ("hidden_size" | "embed_size", blocks) or None (fixed: a table's
+        vocabulary, any other extent), read off the extents and then confirmed: the function
+        must trace at hidden_size + 1 and at embed_size + 1 with every state of the new hidden
+        size, or the shapes stay fixed (a state that is not one hidden-size block, a weight
+        whose extent only happens to be a multiple)."""
+        H, E = self.hidden_size, self.embed_size
+        if any(d != H for shape in self.trace.state_shapes for d in shape):
+            return None
+        axes = {}
+        for name, shape in self._shapes.items():
+            axes[name] = tuple(None if (name in tables and d == 0) else ("hidden_size", n // H) if n % H == 0
+                               else ("embed_size", n // E) if n % E == 0 else None for d, n in enumerate(shape))
+        self._axes = axes
+        for sizes in ({"hidden_size": H + 1, "embed_size": E}, {"hidden_size": H, "embed_size": E + 1}):
+            try:
+                moved = trace(self.fn, self._shapes_at(sizes), self._max_children)
+            except (TypeError, ValueError):
+                return None
+            if any(d != sizes["hidden_size"] for shape in moved.state_shapes for d in shape):
+                return None
+        return axes
 
 
 def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tuning_log=None,  # noqa: A001
