@@ -68,7 +68,7 @@ def _show(args) -> int:
         steps = [step.as_json() for step in recipe.apply(fresh()).trace]
         recipe = recipes.Recipe(recipe.name, tuple(steps), knobs={k: [v] for k, v in recipe.knob_values().items()})
     rs = fresh()
-    before = rs.func.script()
+    before = rs.script()
     print(f"# {type(model).__name__} H={args.hidden} (kernel H={model.hidden_size}), schedule {recipe.name!r}, "
           f"knobs {recipe.knob_values()}")
     print("# ---- lowered program (before any primitive)")
@@ -80,7 +80,7 @@ def _show(args) -> int:
         if len(rs.trace) == done:
             print(f"# ---- {step['primitive']}({label}): skipped (optional, does not apply)")
             continue
-        after = rs.func.script()
+        after = rs.script()
         print(f"# ---- {step['primitive']}({label})")
         if args.full:
             print(after)

@@ -236,12 +236,14 @@ class RecScheduleCore:
             transform = tuple((*b, b[0] in written) for b in passes.buffer_params(self.transform_func))
         return replace(base, weights=weights, transform=transform)
 
+    def script(self) -> str:
+        """The TIR as TVMScript: the kernel, then the parameter transforms when there are any."""
+        return "\n".join(f.script() for f in self._functions().values())
+
     def show(self) -> str:
-        """The current TIR as TVMScript (the kernel, then the parameter transforms), then the
-        trace that produced it (the record)."""
+        """`script()`, then the trace that produced it (the record)."""
         steps = self.trace_python() or "(no primitive applied)"
-        return "\n".join(f.script() for f in self._functions().values()) + "\n# ---- trace\n" + \
-            "\n".join(f"# {line}" for line in steps.splitlines())
+        return self.script() + "\n# ---- trace\n" + "\n".join(f"# {line}" for line in steps.splitlines())
 
     def block_names(self, scope: str | None = None) -> list:
         """Names of compute blocks, all or those inside a scope ("leaves" or "level")."""
