@@ -148,7 +148,7 @@ def test_wrong_type_names_primitive_and_argument(case):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_error_inside_is_wrapped_and_not_recorded(case, monkeypatch):
     rs = case.before(fresh(case.model))
-    before, scheduled = steps(rs), list(rs.scheduled)
+    before, scheduled, script, plan = steps(rs), list(rs.scheduled), rs.script(), rs.plan
     owner, attribute, error = case.breaks
 
     def fail(*args, **kwargs):
@@ -158,6 +158,7 @@ def test_error_inside_is_wrapped_and_not_recorded(case, monkeypatch):
         getattr(rs, case.primitive)(*case.args)
     assert isinstance(err.value.__cause__, error)            # raise ... from the original
     assert steps(rs) == before and rs.scheduled == scheduled
+    assert rs.script() == script and rs.plan == plan          # rolled back, not half applied
 
 
 def test_schedule_error_prefixed_once():
@@ -183,6 +184,12 @@ def test_plain_type_rules():
 
         def _record(self, name, **args):
             self.recorded.append((name, args))
+
+        def _snapshot(self):
+            return None
+
+        def _restore(self, saved):
+            pass
 
         @primitive
         def knob(self, depth: int | None = None, scale: float = 1.0, flag: bool = False, label: str = "x"):
@@ -220,3 +227,21 @@ def test_replay_runs_only_primitives():
     for name in ("build", "finalize", "show", "scratchpads", "persist_nothing"):
         with pytest.raises(ct.ScheduleError, match=f"unknown primitive {name!r}"):
             fresh("TreeFC").replay([{"primitive": name}])
+
+
+def test_a_primitive_failing_halfway_leaves_the_program_untouched(monkeypatch):
+    """tile_gemm splits and reorders before it vectorizes: a failure there undoes the splits, so
+    the next primitive (here the same one, once the fault is gone) sees the program as it was."""
+    rs = fresh("TreeFC").specialize_leaves().pack("W", axis=0, tile=16)
+    script = rs.script()
+    real = tvm.s_tir.Schedule.vectorize
+
+    def fail(*args, **kwargs):
+        raise tvm.s_tir.ScheduleError("injected failure after the splits")
+    monkeypatch.setattr(tvm.s_tir.Schedule, "vectorize", fail)
+    with pytest.raises(ct.ScheduleError, match="injected failure"):
+        rs.tile_gemm("internal_h_sum", node_tile=2, column_tile=16, lanes=8)
+    assert rs.script() == script and not rs.tiled
+    monkeypatch.setattr(tvm.s_tir.Schedule, "vectorize", real)
+    rs.tile_gemm("internal_h_sum", node_tile=2, column_tile=16, lanes=8)
+    assert rs.tiled == ["internal_h_sum"] and rs.script() != script

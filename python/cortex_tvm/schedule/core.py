@@ -12,6 +12,7 @@ again by name.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import json
@@ -63,9 +64,11 @@ def primitive(fn):
     checked against plain-type annotations; an error raised while the
     primitive applies (TVM's, a pass's, or its own precondition) comes out
     as a ScheduleError naming it; on success the step is recorded in the
-    trace with its bound arguments.  A failed primitive is not recorded (what
-    it changed before failing is not undone: start again from a fresh
-    schedule).  A primitive called by another one is not recorded again.
+    trace with its bound arguments.  A failed primitive leaves the schedule
+    as it found it: the IR, the plan and the state fields are restored (so a
+    recipe's optional step, or the derived schedule trying one primitive
+    and then another, continues from an untouched program), and nothing is
+    recorded.  A primitive called by another one is not recorded again.
     Docstring and signature stay the function's.
     """
     name = fn.__name__
@@ -87,14 +90,17 @@ def primitive(fn):
                 raise ScheduleError(f"{name}: argument {arg!r} must be {expected}, "
                                     f"got {type(values[arg]).__name__} {values[arg]!r}")
         outermost = self._applying == 0
+        saved = self._snapshot() if outermost else None
         self._applying += 1
         try:
             result = fn(*bound.args, **bound.kwargs)
         except ScheduleError as err:
+            self._restore(saved)
             if re.match(rf"{name}\b", str(err)):
                 raise
             raise ScheduleError(f"{name}: {err}") from err
         except _TVM_ERRORS as err:
+            self._restore(saved)
             raise ScheduleError(f"{name}: {err}") from err
         finally:
             self._applying -= 1
@@ -188,6 +194,22 @@ class RecScheduleCore:
     def _reset(self, mod: tvm.IRModule):
         self.sch = s_tir.Schedule(mod)
         self.sch.work_on(FUNC_NAME)
+
+    #: everything a primitive may change besides the IR (restored when one fails)
+    _STATE = ("lowered", "plan", "tiled", "unroll_depth", "bound_scopes", "persistent_blocks", "scheduled",
+              "_pending_decompose", "trace")
+
+    def _snapshot(self):
+        return self.sch.copy(), {f: copy.copy(getattr(self, f)) for f in self._STATE if hasattr(self, f)}
+
+    def _restore(self, saved):
+        if saved is None:              # inside another primitive: the outermost one restores
+            return
+        sch, fields = saved
+        self.sch = sch
+        self.sch.work_on(FUNC_NAME)
+        for name, value in fields.items():
+            setattr(self, name, value)
 
     def _functions(self) -> dict:
         """name -> PrimFunc: the kernel, then the parameter transforms when there are any."""
