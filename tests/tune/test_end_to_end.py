@@ -92,3 +92,15 @@ def test_cli_registers_tune():
                               "--batch", "5", "--seconds", "10"])
     assert (args.model, args.trials, args.log, args.hidden, args.batch, args.seconds) == \
         ("treefc", 4, "x.jsonl", 32, 5, 10.0)
+
+
+def test_every_batch_is_checked_not_only_the_first(fc32, trees):
+    """A point whose roots are wrong on one batch only (here: a reference moved on batch 2) is a
+    failed trial naming that batch; with the true references the same point measures."""
+    from cortex_tvm.tune.measure import Measurer, tuning_batches
+    measurer = Measurer(fc32, tuning_batches(fc32, trees, 10, 3), repeats=1, warmup=0)
+    point = Space(fc32).default()
+    assert np.isfinite(measurer.measure(Space(fc32), point).mean)
+    measurer._expected[2] = measurer._expected[2] + 0.01
+    result = measurer.measure(Space(fc32), point)
+    assert result.mean == float("inf") and result.error.startswith("wrong numbers on batch 2")

@@ -28,7 +28,7 @@ from ..padding import compiled_form
 from ..runtime import kernel_names, kernel_weights, model_weight_arrays
 from ..target import make_target
 from ..timing import best_of
-from .measure import TOLERANCE, MeasureResult, Measurer, invalid
+from .measure import MeasureResult, Measurer, invalid
 
 
 @dataclass
@@ -92,13 +92,10 @@ class RPCMeasurer(Measurer):
                 out = put(np.zeros((len(lin.roots),) + shape, dtype))
                 args = signature.structure_args(lin, put) + weights + [
                     put(np.zeros((lin.num_slots,) + s, d)) for _, s, d in states] + [out]
-                if i == 0:
-                    module[name](*args)
-                    unpadded = out.numpy()[tuple(slice(0, d) for d in self.expected().shape)]
-                    diff = float(np.abs(unpadded - self.expected()).max())
-                    if not diff <= TOLERANCE:
-                        return MeasureResult(error=f"wrong numbers on the remote device: max |diff| = {diff:.3g}",
-                                             build_s=build_s)
+                module[name](*args)       # every batch checked before it is timed
+                wrong = self.wrong_numbers(i, out.numpy())
+                if wrong:
+                    return MeasureResult(error=f"{wrong} (on the remote device)", build_s=build_s)
                 timer = module.time_evaluator(name, device, number=1, repeat=self.repeats)
                 kernel = min(timer(*args).results)
                 host = best_of(lay_out, batch,
