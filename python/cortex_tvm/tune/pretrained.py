@@ -98,23 +98,25 @@ def choose(recipe, kernel_model, target):
 
 
 # -- building the shipped model (the measurements come from `python -m cortex_tvm.bench.cost_data`) --
-#: a group whose slowest configuration is this many times its fastest was measured while another
-#: job held the cores (TVM's spinning thread pool then loses 10-30x): its order is noise
+#: a measurement this many times its group's median was taken while another job held the cores
+#: (TVM's spinning thread pool then loses 10-30x): it is dropped, its group kept.  (Dropping
+#: whole groups whose slowest point was 3x their fastest threw away exactly the groups where
+#: the configuration matters most: large sizes, AVX2, a node tile of 1, 4 lanes.)
 DISTURBED = 3.0
 
 
 def load_runs(paths) -> list:
-    """Measurements from `bench.cost_data`, without failures and without disturbed groups."""
+    """Measurements from `bench.cost_data`, without failures and without disturbed points."""
     rows = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
             rows += [json.loads(line) for line in f if line.strip()]
     rows = [r for r in rows if r["seconds"]]
-    spread = {}
+    by_group = {}
     for r in rows:
-        lo, hi = spread.get(r["group"], (np.inf, 0.0))
-        spread[r["group"]] = (min(lo, r["seconds"]), max(hi, r["seconds"]))
-    return [r for r in rows if spread[r["group"]][1] < DISTURBED * spread[r["group"]][0]]
+        by_group.setdefault(r["group"], []).append(r["seconds"])
+    median = {g: float(np.median(times)) for g, times in by_group.items()}
+    return [r for r in rows if r["seconds"] <= DISTURBED * median[r["group"]]]
 
 
 def train(rows, rounds: int = 200, seed: int = 0):
