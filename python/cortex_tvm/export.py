@@ -149,6 +149,7 @@ def read(path, weights=None) -> dict:
     else:
         arrays = _given_weights(meta, signature, weights)
     executable = tvm.runtime.Executable(tvm.runtime.load_module(os.path.join(path, LIB)))
-    return {"vocab_bound": meta["vocab_bound"], "aliases": meta.get("aliases", {}), "signature": signature, "executable": executable, "target": Target(meta["target"]), "plan": plan,
-            "weights": arrays, "recipe_name": meta["recipe"], "state_shapes": meta.get("visible_state_shapes"),
+    return {"vocab_bound": meta["vocab_bound"], "aliases": meta.get("aliases", {}), "signature": signature,
+            "executable": executable, "target": Target(meta["target"]), "plan": plan, "weights": arrays,
+            "recipe_name": meta["recipe"], "state_shapes": meta.get("visible_state_shapes"),
             "model_name": meta["model"], "trace": meta.get("trace", [])}

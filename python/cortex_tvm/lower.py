@@ -118,6 +118,8 @@ def build_stage(program: ra.RecProgram, stage: str) -> Stage:
     offset, size, num_slots = te.var("offset"), te.var("level_size"), te.var("num_slots")
     placeholders = _Placeholders(num_slots, program.spec.max_children)
     binding = ra.Binding(node=None, position=None, tensors={}, placeholders=placeholders)
+    cases = (program.leaf, program.internal) if stage == "both" else (getattr(program, stage),)
+    state_computes = {id(case[s]) for case in cases for s in program.states}
 
     def instantiate(c: ra.Compute):
         position = tirx.Var("position", "int32")
@@ -128,7 +130,8 @@ def build_stage(program: ra.RecProgram, stage: str) -> Stage:
             expr = c.fcompute(*idx)
         finally:
             binding.node, binding.position = saved
-        return _te_compute((size,) + c.shape, [position] + idx, expr, c.name)
+        return _te_compute((size,) + c.shape, [position] + idx, expr, c.name,
+                           split_reduction=id(c) in state_computes)
 
     def tensor(c):
         if c not in binding.tensors:
@@ -160,12 +163,16 @@ def _select(num_children, offset, leaf, internal):
     return body
 
 
-def _te_compute(shape, variables, expr, name):
+def _te_compute(shape, variables, expr, name, split_reduction=False):
     """te.compute from an expression over `variables`.
 
     TE wants a reduction to be a whole compute body; RA lets users write
     `tanh(sum(...) + b)`, so each nested reduction becomes its own compute
-    (`<name>_sum`, `<name>_sum1`, ...) read back at the same index.
+    (`<name>_sum`, `<name>_sum1`, ...) read back at the same index.  With
+    `split_reduction` (a recursive state's compute) a bare `sum(...)` does too:
+    accumulating straight into the state would read and write one buffer in the
+    reduction (the children's rows and the node's own), which keeps the
+    accumulators out of registers; the state is then written once, from `<name>_sum`.
     """
     def substitute(e, mapping):
         return tvm_ffi.structural_map(e, (tvm.ir.Var, lambda v: mapping.get(v, v)), order="post")
@@ -173,7 +180,7 @@ def _te_compute(shape, variables, expr, name):
     def make(body, tensor_name):
         return te.compute(shape, lambda *ix: substitute(body, dict(zip(variables, ix))), name=tensor_name)
 
-    if isinstance(expr, tirx.Reduce):
+    if isinstance(expr, tirx.Reduce) and not split_reduction:
         return make(expr, name)
     nested = []
     tvm_ffi.structural_walk(expr, (tirx.Reduce, nested.append), order="post")

@@ -96,9 +96,32 @@ def test_vectorize_reduction_ir_and_numbers():
 
 def test_vectorize_reduction_preconditions():
     rs = _specialized(ct.models.ChildSumTreeLSTM(24, 50, max_children=3))
-    with pytest.raises(ct.ScheduleError, match="not a multiple of 16"):
+    with pytest.raises(ct.ScheduleError, match="not a multiple of lanes x vectors = 16"):
         rs.vectorize_reduction("h_sum", lanes=16)
+    with pytest.raises(ct.ScheduleError, match="not a multiple of lanes x vectors = 16"):
+        rs.vectorize_reduction("h_sum", lanes=8, vectors=2)
     with pytest.raises(ct.ScheduleError, match="is not a .* reduction block"):
         rs.vectorize_reduction("internal_h", lanes=8)
-    with pytest.raises(ct.ScheduleError, match="lanes must be a positive int"):
+    with pytest.raises(ct.ScheduleError, match="lanes, rows and vectors must be positive ints"):
         rs.vectorize_reduction("h_sum", lanes=0)
+    # the child sum (node, unit) has no output axis before the units to tile by rows
+    with pytest.raises(ct.ScheduleError, match="no output axis before the last .* rows = 2"):
+        rs.vectorize_reduction("h_sum", lanes=8, rows=2)
+
+
+def test_register_tiled_reduction_ir_and_numbers():
+    """MV-RNN's per-node matrix product A_sum[n, i, j] += WM[i, k] * A[child, k, j] (its broadcast
+    operand is a weight row): derive tiles it 4 rows x 2 vectors, loop order and numbers checked;
+    the state is written once, from its own accumulator (lowering splits a bare-sum state)."""
+    model = ct.models.MVRNN(hidden_size=32, vocab_size=50)
+    rs = _specialized(model)
+    assert {"internal_A_sum", "internal_A"} <= set(rs.block_names())
+    assert derive.reduction_tile(rs, "internal_A_sum", AVX2, 8) == (4, 2)
+    assert derive.reduction_tile(rs, "mixed", AVX2, 8) == (1, 1)          # no weight row: one vector
+    rs.vectorize_reduction("internal_A_sum", lanes=8, rows=4, vectors=2)
+    loops = loops_around(rs.func, "internal_A_sum")[1:]
+    # (node, row tile, column tile, child, k, 4 rows, 2 vectors, 8 lanes)
+    assert [int(l.extent) for l in loops[1:]] == [8, 2, 2, 32, 4, 2, 8]
+    assert [l.kind for l in loops[-3:]] == [K.UNROLLED, K.UNROLLED, K.VECTORIZED]
+    trees = ct.data.random_trees(8, (1, 12), seed=4, vocab_size=50)
+    np.testing.assert_allclose(rs.build(model)(trees), model.reference(trees), atol=1e-5)

@@ -3,7 +3,7 @@
 The lowered program has stage scopes (`leaves`, and `level` inside the
 serial level loop) holding one block per RA compute.  RecSchedule adds the
 recursion-specific primitives (families in program.py, layout.py, loops.py,
-kernels.py); every `tvm.s_tir.Schedule` primitive is reachable on the same
+vectors.py, kernels.py, gpu.py); every `tvm.s_tir.Schedule` primitive is reachable on the same
 object (`rs.split`, `rs.get_loops`, ...) and applies to the blocks inside.
 """
 import tvm
@@ -15,11 +15,13 @@ from .kernels import KernelPrimitives, split_per_level
 from .layout import LayoutPrimitives
 from .loops import LoopPrimitives
 from .program import ProgramPrimitives
+from .vectors import VectorPrimitives
 
 __all__ = ["RecSchedule", "RuntimePlan", "ScheduleError", "Step", "split_per_level"]
 
 
-class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimitives, KernelPrimitives, RecScheduleCore):
+class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimitives, VectorPrimitives,
+                  KernelPrimitives, RecScheduleCore):
     """A schedule of a lowered recursive program (see the module docstring)."""
 
     def __init__(self, lowered):

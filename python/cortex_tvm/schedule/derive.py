@@ -11,7 +11,9 @@ register is and how many there are.  From that:
   and the GEMM becomes a register-tiled micro-kernel whose accumulators
   (node_tile x middle x column vectors) fit the register file, with its
   elementwise consumers computed inside the tile from the accumulators;
-- other reductions and elementwise stages are vectorized at the native width;
+- other reductions and elementwise stages are vectorized at the native width; a per-node
+  matrix product whose broadcast operand is a weight row (MV-RNN's WM [A_l; A_r]) gets a
+  register tile of rows x column vectors (`reduction_tile`);
 - leaves are hoisted into per-word tables when the leaf case reads only the
   word; column tiles run in parallel across cores.
 
@@ -189,14 +191,50 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
     for name in rs.block_names():
         if not _is_untransformed(rs, name):
             continue
-        for primitive in (rs.vectorize_block, rs.vectorize_reduction):
-            try:
-                primitive(name, lanes=lanes)
-                break
-            except ScheduleError:
-                continue
+        try:
+            rs.vectorize_block(name, lanes=lanes)
+            continue
+        except ScheduleError:
+            pass
+        rows, vectors = reduction_tile(rs, name, info, lanes)
+        try:
+            rs.vectorize_reduction(name, lanes=lanes, rows=rows, vectors=vectors)
+        except ScheduleError:
+            continue
     rs.unroll_levels(unroll_depth)
     return rs
+
+
+def reduction_tile(rs, name: str, info, lanes: int) -> tuple:
+    """(rows, vectors) for `vectorize_reduction`: a per-node matrix product whose broadcast
+    operand is a weight row, out[n, i, j] += W[i, k] * B[.., k, j], gets the largest register
+    tile that fits (the B vectors stay live across the rows, one W scalar at a time); any
+    other reduction (a child sum) keeps one vector per step: (1, 1)."""
+    block = rs.sch.get(rs._block(name))
+    spatial = [iv for iv in block.iter_vars if iv.iter_type == _SPATIAL]
+    reduce_vars = {iv.var for iv in block.iter_vars if iv.iter_type == REDUCE}
+    if len(spatial) < 3 or not all(isinstance(iv.dom.extent, tvm.tirx.IntImm) for iv in spatial[-2:]):
+        return 1, 1
+    row, column = spatial[-2], spatial[-1]
+    weights = {n for n, _, _ in rs.signature.model_weights()}
+    rows_of_weight = []
+
+    def on_load(ld):
+        used = set().union(*(_vars(e) for e in ld.indices)) if ld.indices else set()
+        if ld.source.name in weights and row.var in used and used <= reduce_vars | {row.var}:
+            rows_of_weight.append(ld)
+    tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, on_load))
+    if not rows_of_weight:
+        return 1, 1
+    best = (1, 1)
+    for rows in (6, 4, 3, 2, 1):
+        for vectors in (4, 2, 1):
+            if (int(row.dom.extent) % rows or int(column.dom.extent) % (vectors * lanes)
+                    or not fits(rows * vectors, vectors, lanes, info.registers)):
+                continue
+            if rows * vectors > best[0] * best[1]:
+                best = (rows, vectors)
+    return best
 
 
 def node_tiles(middle: int, info) -> list:
