@@ -61,3 +61,25 @@ def test_guided_rounds_beat_random_search(fc32, monkeypatch):
     optimum = min(latency(p.as_dict()) for p in space.points())
     assert np.median(guided) < np.median(random), (guided, random)
     assert np.median(guided) <= optimum * 1.10, (guided, optimum)
+
+
+def test_the_search_measures_and_confirms_what_compile_would_pick(fc32):
+    """The tune's winner is always measured against the analytic default and the shipped model's
+    pick (what compile() uses without a log): both are among the first trials and re-timed."""
+    from cortex_tvm.tune.pretrained import choice
+    space = Space(fc32)
+    pick = choice(space.recipe, space.kernel_model, space.target)
+    assert pick is not None and space.contains(pick)
+    measured = []
+
+    class Recorder:
+        target = "table"
+
+        def measure(self, space, point):
+            measured.append(point)
+            return MeasureResult((latency(point.as_dict()),))
+    config = SearchConfig(trials=6, seed=0, warmup=4, confirm_rounds=1)
+    search(space, Recorder(), Database(), Workload.of(fc32, space.target, 10),
+           WorkloadStats(32, 32, 10, 200, 12, 16, 40, 10), config, log=None)
+    assert measured[0] == space.default() and pick in measured[:2]
+    assert measured[6:].count(pick) == 1 and measured[6:].count(space.default()) == 1     # confirm round

@@ -78,23 +78,29 @@ def candidates(recipe) -> list:
     return [TuningPoint.of(**dict(zip(names, values))) for values in itertools.product(*choices)]
 
 
-def choose(recipe, kernel_model, target):
-    """The derived recipe with the knobs the shipped model ranks first (no measurement);
-    the recipe unchanged when no model is shipped."""
+def choice(recipe, kernel_model, target):
+    """The candidate point the shipped model ranks first (no measurement), or None when no
+    model is shipped, the recipe is not the derived one, or the bundled sentences cannot
+    spell the model's structures."""
     booster = shipped_booster()
     if booster is None or recipe.name != "derived":
-        return recipe
+        return None
     import xgboost as xgb
     facts = ProgramFacts.of(kernel_model, target)
     try:
         stats = typical_stats(kernel_model)
     except ValueError:       # a model whose structures the bundled sentences cannot spell
-        return recipe
-
+        return None
     points = candidates(recipe)
     x = np.array([derived_vector(p.as_dict(), facts, stats) for p in points], dtype=np.float32)
-    best = points[int(np.argmax(booster.predict(xgb.DMatrix(x))))]
-    return recipe.with_knobs(**best.as_dict())
+    return points[int(np.argmax(booster.predict(xgb.DMatrix(x))))]
+
+
+def choose(recipe, kernel_model, target):
+    """The derived recipe with the knobs the shipped model ranks first (no measurement);
+    the recipe unchanged when there is no choice to make (see `choice`)."""
+    best = choice(recipe, kernel_model, target)
+    return recipe if best is None else recipe.with_knobs(**best.as_dict())
 
 
 # -- building the shipped model (the measurements come from `python -m cortex_tvm.bench.cost_data`) --

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cost_model import CostModel
-from .pretrained import facts_for, shipped_booster
+from .pretrained import choice, facts_for, shipped_booster
 from .database import Database, TuningRecord, now, versions
 from .space import Space, TuningPoint
 
@@ -73,7 +73,11 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
             print(f"tune: trial {len(done)}/{config.trials}  {this}  best {best * 1e3:.3f} ms  "
                   f"elapsed {time.perf_counter() - start:.0f} s  [{point}]", file=log, flush=True)
 
-    first = [space.default()] + space.sample(max(0, config.warmup_trials() - len(done) - 1), rng, exclude=done)
+    # the analytic default and what compile() picks without a log come first, so the tune's
+    # winner is always measured against them (and re-timed with them in `confirm`)
+    baselines = _baselines(space, facts)
+    first = baselines + space.sample(max(0, config.warmup_trials() - len(done) - len(baselines)), rng,
+                                     exclude=done)
     for point in first:
         if out_of_budget():
             break
@@ -95,8 +99,18 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
     return database.best(workload)
 
 
+def _baselines(space, facts) -> list:
+    """The space's default point and, for the derived schedule, the shipped model's pick."""
+    out = [space.default()]
+    pick = choice(space.recipe, space.kernel_model, space.target) if facts else None
+    if pick is not None and pick not in out and space.contains(pick):
+        out.append(pick)
+    return out
+
+
 def confirm(space, measurer, database, workload, config, info, target_detail, log):
-    """Re-time the fastest points and the default, alternating, `config.confirm_rounds` times.
+    """Re-time the fastest points, the default and the shipped model's pick, alternating,
+    `config.confirm_rounds` times.
 
     One lucky timing on a noisy machine would otherwise pick the winner; the
     database ranks a point by the mean over all its measurements, so these
@@ -104,11 +118,10 @@ def confirm(space, measurer, database, workload, config, info, target_detail, lo
     """
     if config.confirm_rounds < 1:
         return
-    top = [r.point for r in database.top_k(workload, config.confirm_top)]
-    default = space.default()
-    if default not in top and space.contains(default) and space.is_valid(default):
-        top.append(default)
-    points = top
+    points = [r.point for r in database.top_k(workload, config.confirm_top)]
+    for baseline in _baselines(space, facts_for(space)):
+        if baseline not in points and space.contains(baseline) and space.is_valid(baseline):
+            points.append(baseline)
     for round_index in range(config.confirm_rounds):
         for point in points:
             result = measurer.measure(space, point)
