@@ -333,27 +333,26 @@ def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
             IRBuilder.name("num_levels_plus_1", L1)
             IRBuilder.name("batch", B)
 
-            buffer = _arg
             buffers, params = {}, []
             for inp in node_inputs:
-                buffers[inp] = buffer(inp.name, (N,), "int32")
+                buffers[inp] = _arg(inp.name, (N,), "int32")
                 params.append(inp.name)
-            buffers["children"] = buffer("children", (N, K), "int32")
+            buffers["children"] = _arg("children", (N, K), "int32")
             params.append("children")
             if uses_num_children:
-                buffers["num_children"] = buffer("num_children", (N,), "int32")
+                buffers["num_children"] = _arg("num_children", (N,), "int32")
                 params.append("num_children")
-            level_offsets = buffer("level_offsets", (L1,), "int32")
-            roots = buffer("roots", (B,), "int32")
+            level_offsets = _arg("level_offsets", (L1,), "int32")
+            roots = _arg("roots", (B,), "int32")
             Tb.arg("max_level_size", Tb.int32())
             params += ["level_offsets", "roots", "max_level_size"]
             for w in weights:
-                buffers[w] = buffer(w.name, w.shape, w.dtype)
+                buffers[w] = _arg(w.name, w.shape, w.dtype)
                 params.append(w.name)
             for s in program.states:
-                buffers[s] = buffer(s.name, (N,) + s.shape, s.dtype)
+                buffers[s] = _arg(s.name, (N,) + s.shape, s.dtype)
                 params.append(s.name)
-            out = buffer("out", (B,) + out_state.shape, out_state.dtype)
+            out = _arg("out", (B,) + out_state.shape, out_state.dtype)
             params.append("out")
 
             everything = [_whole(b) for b in buffers.values()]

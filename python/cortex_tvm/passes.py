@@ -87,9 +87,14 @@ def pack_buffer(func, name: str, index_fn, packed_name: str):
     return _map_loads_and_regions(func, buffer, new_buffer, index_fn)
 
 
+def pack_block(weight: str) -> str:
+    """The name of the block that writes `weight`'s packed copy in the transform function."""
+    return f"pack_{weight}"
+
+
 def add_pack(transform, raw_spec, packed_name: str, index_fn, inverse_fn, func_name: str):
     """The transform function with one more output: `packed_name`, the weight `raw_spec` =
-    (name, shape, dtype) laid out by `index_fn`, written first (its block: `pack_<name>`).
+    (name, shape, dtype) laid out by `index_fn`, written first (its block: `pack_block(name)`).
     Its own reads of the weight (a leaf table's) move to the packed copy.  `transform` None:
     a new function `func_name` holding just the pack."""
     name, shape, dtype = raw_spec
@@ -102,7 +107,7 @@ def add_pack(transform, raw_spec, packed_name: str, index_fn, inverse_fn, func_n
     else:
         transform = _map_loads_and_regions(transform, raw, packed, index_fn, keep_param=True)
     source = te.placeholder(shape, dtype, name=name)
-    target = te.compute(packed.shape, lambda *p: source[inverse_fn(*p)], name=f"pack_{name}")
+    target = te.compute(packed.shape, lambda *p: source[inverse_fn(*p)], name=pack_block(name))
     made = te.create_prim_func([source, target])
     swap = {made.params[0]: raw, made.params[1]: packed}
     nest = tvm_ffi.structural_map(made.body.block.body, (tvm.ir.Var, lambda v: swap.get(v, v)), order="post")

@@ -42,33 +42,28 @@ def _args(t: Tensor):
     return [a for a in t.args if isinstance(a, Tensor)]
 
 
-def tables_read(trace) -> dict:
-    """Embedding tables read as p.<table>[node.word]: name -> shape."""
-    out, seen = {}, set()
-    stack = list(trace.leaf.states) + list(trace.inner.states)
+def _embeds(roots):
+    """The embedding reads (`p.<table>[node.word]`) in the expression graphs under `roots`."""
+    stack, seen = list(roots), set()
     while stack:
         t = stack.pop()
         if id(t) in seen:
             continue
         seen.add(id(t))
         if t.op == "embed":
-            out[t.attrs["name"]] = trace.weight_shapes[t.attrs["name"]]
+            yield t
         stack.extend(_args(t))
-    return out
+
+
+def tables_read(trace) -> dict:
+    """Embedding tables read as p.<table>[node.word]: name -> shape."""
+    return {t.attrs["name"]: trace.weight_shapes[t.attrs["name"]]
+            for t in _embeds([*trace.leaf.states, *trace.inner.states])}
 
 
 def reads_inner_words(trace) -> bool:
     """Whether the inner case reads `p.<table>[node.word]` (a word on inner nodes)."""
-    stack, seen = list(trace.inner.states), set()
-    while stack:
-        t = stack.pop()
-        if id(t) in seen or isinstance(t, float):
-            continue
-        seen.add(id(t))
-        if t.op == "embed":
-            return True
-        stack.extend(_args(t))
-    return False
+    return next(_embeds(trace.inner.states), None) is not None
 
 
 def build_program(trace) -> ra.RecProgram:

@@ -214,7 +214,8 @@ class RecScheduleCore:
     def _functions(self) -> dict:
         """name -> PrimFunc: the kernel, then the parameter transforms when there are any."""
         mod = self.sch.mod
-        return {name: mod[name] for name in (FUNC_NAME, TRANSFORM_FUNC) if name in [g.name_hint for g in mod.functions]}
+        present = {g.name_hint for g in mod.functions}
+        return {name: mod[name] for name in (FUNC_NAME, TRANSFORM_FUNC) if name in present}
 
     def _replace(self, **functions):
         """Swap in new versions of some functions (a TIR pass's results) and restart s_tir on them."""

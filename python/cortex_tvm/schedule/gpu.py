@@ -235,7 +235,7 @@ class GpuPrimitives:
         """
         if not 1 <= threads <= 1024:
             raise ScheduleError(f"bind_packs: threads must be an int in [1, 1024], got {threads!r}")
-        names = [f"pack_{name}" for name, *_ in self.plan.packs]
+        names = [passes.pack_block(name) for name, *_ in self.plan.packs]
         if not names:
             raise ScheduleError("bind_packs: no weight is packed")
         for name in names:

@@ -74,21 +74,15 @@ class LayoutPrimitives:
 
             gates_sum[n, g, i] += U_packed[i // 16, j * 256 + k, g * 16 + i % 16] * ...     # (16, 512, 80)
         """
-        transform = self.transform_func
-        inputs = {} if transform is None else {
-            name: (name, shape, dtype) for name, shape, dtype in passes.buffer_params(transform)
-            if name not in passes.written_params(transform)}
-        in_kernel = {w.name for w in self.lowered.weights} & {p.name for p in self.func.params}
-        names = sorted(in_kernel | set(inputs))
-        if weight not in names:
-            raise ScheduleError(f"pack: {weight!r} is not a weight; weights are {names}")
+        # a weight is packable in the model's layout (the transform's input, or a kernel weight
+        # no transform produces); tables and packed copies are outputs, not weights
+        weights = {name: (name, shape, dtype) for name, shape, dtype in self.signature.model_weights()}
+        if weight not in weights:
+            raise ScheduleError(f"pack: {weight!r} is not a weight; weights are {sorted(weights)}")
         if any(p[0] == weight for p in self.plan.packs):
             raise ScheduleError(f"pack: {weight!r} is already packed")
-        if weight in in_kernel:
-            buf = passes.param(self.func, weight)
-            spec = (weight, tuple(int(d) for d in buf.shape), str(buf.dtype))
-        else:
-            spec = inputs[weight]
+        spec = weights[weight]
+        in_kernel = weight in {p.name for p in self.func.params}
         shape = list(spec[1])
         if not 0 <= axis < len(shape):
             raise ScheduleError(f"pack: axis {axis!r} out of range for {weight!r} of shape {tuple(shape)}")
@@ -101,9 +95,9 @@ class LayoutPrimitives:
         inverse_fn = passes.untile_axis(axis, tile, groups, shape[axis])
         packed = packed_name(weight)
         try:
-            functions = {TRANSFORM_FUNC: passes.add_pack(transform, spec, packed, index_fn, inverse_fn,
+            functions = {TRANSFORM_FUNC: passes.add_pack(self.transform_func, spec, packed, index_fn, inverse_fn,
                                                          TRANSFORM_FUNC)}
-            if weight in in_kernel:
+            if in_kernel:
                 functions[FUNC_NAME] = passes.pack_buffer(self.func, weight, index_fn, packed)
         except ValueError as err:
             raise ScheduleError(f"pack: {err}") from err

@@ -80,11 +80,11 @@ class VectorPrimitives:
                 for i_1 in T.vectorized(16): h_sum[j, i_0 * 16 + i_1] += h[children[..., c], i_0 * 16 + i_1]
 
         MV-RNN's ``A_sum[n, i, j] += WM[i, q * 64 + k] * A[child(n, q), k, j]`` with
-        ``rs.vectorize_reduction("internal_A_sum", lanes=8, rows=6, vectors=2)``::
+        ``rs.vectorize_reduction("internal_A_sum", lanes=8, rows=4, vectors=2)``::
 
-            for n, i_0, j_0, q, k in T.grid(size, 11, 4, 2, 64):   # 64 rows: the last tile predicated
-                for i_1, j_1 in T.grid(6, 2):                       # unrolled: 12 accumulators
-                    for j_2 in T.vectorized(8): A_sum[...] += WM[i_0 * 6 + i_1, q * 64 + k] * A[...]
+            for n, i_0, j_0, q, k in T.grid(size, 16, 4, 2, 64):
+                for i_1, j_1 in T.grid(4, 2):                       # unrolled: 8 accumulators
+                    for j_2 in T.vectorized(8): A_sum[...] += WM[i_0 * 4 + i_1, q * 64 + k] * A[...]
         """
         if lanes < 1 or rows < 1 or vectors < 1:
             raise ScheduleError(f"vectorize_reduction: lanes, rows and vectors must be positive ints, got "

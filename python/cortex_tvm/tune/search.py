@@ -95,7 +95,7 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
                 break
             run(point)
     if len(done) > resumed_with:         # nothing new measured (a finished run resumed): nothing to confirm
-        confirm(space, measurer, database, workload, config, info, target_detail, log)
+        confirm(space, measurer, database, workload, config, info, target_detail, log, baselines)
     return database.best(workload)
 
 
@@ -108,9 +108,9 @@ def _baselines(space, facts) -> list:
     return out
 
 
-def confirm(space, measurer, database, workload, config, info, target_detail, log):
-    """Re-time the fastest points, the default and the shipped model's pick, alternating,
-    `config.confirm_rounds` times.
+def confirm(space, measurer, database, workload, config, info, target_detail, log, baselines=()):
+    """Re-time the fastest points and the `baselines` (the default and the shipped model's pick,
+    `_baselines`), alternating, `config.confirm_rounds` times.
 
     One lucky timing on a noisy machine would otherwise pick the winner; the
     database ranks a point by the mean over all its measurements, so these
@@ -119,7 +119,7 @@ def confirm(space, measurer, database, workload, config, info, target_detail, lo
     if config.confirm_rounds < 1:
         return
     points = [r.point for r in database.top_k(workload, config.confirm_top)]
-    for baseline in _baselines(space, facts_for(space)):
+    for baseline in baselines:
         if baseline not in points and space.contains(baseline) and space.is_valid(baseline):
             points.append(baseline)
     for round_index in range(config.confirm_rounds):
