@@ -146,6 +146,7 @@ def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = F
                              vocab_bound=model.vocab_bound, model_name=type(model).__name__,
                              aliases=getattr(model, "aliases", {}), recipe_name=recipe_name,
                              state_shapes=state_shapes, lowered=rs.lowered,
+                             weight_padding=getattr(model, "weight_padding", None),
                              trace=[step.as_json() for step in rs.trace])
     compiled.bounds_check = bounds_check
     return compiled

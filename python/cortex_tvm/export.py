@@ -34,7 +34,7 @@ from . import integrity
 from .schedule import RuntimePlan
 from .signature import KernelSignature
 from .version import __version__
-from .weights import checked_weights
+from .weights import checked_weights, pad_blocks, unpadded_shape
 
 #: 4: model-layout weights and the parameter transform function; 3: the kernel signature and the
 #: applied trace; 2: file digests, meta seal, CPU features
@@ -78,6 +78,8 @@ def export(compiled, path) -> str:
         "signature": signature.to_json(),
         # the kernel's states may be padded to the vector width; results are sliced to these
         "visible_state_shapes": [list(shape) for shape in compiled.state_shapes],
+        # how weights in the user's sizes are padded to the kernel's (load(weights=...) does it)
+        "weight_padding": {name: [list(p) for p in pads] for name, pads in compiled.weight_padding.items()},
         "vocab_bound": compiled._vocab_bound,
         "versions": {"cortex_tvm": __version__, "tvm": tvm.__version__},
         # other names for the weights (a PyTorch state_dict's), so load(weights=...) takes them too
@@ -120,9 +122,13 @@ def _read_meta(path):
 
 
 def _given_weights(meta, signature, weights):
-    """User weights in the model's layout: validated, float32 copies."""
-    expected = {name: (shape, dtype) for name, shape, dtype in signature.model_weights()}
-    return checked_weights(weights, expected, meta.get("aliases", {}), "load")
+    """User weights in the model's layout and sizes: validated, float32 copies, padded as the
+    kernel's sizes are (`weight_padding`)."""
+    padding = meta.get("weight_padding", {})
+    expected = {name: (unpadded_shape(shape, padding.get(name, ())), dtype)
+                for name, shape, dtype in signature.model_weights()}
+    given = checked_weights(weights, expected, meta.get("aliases", {}), "load")
+    return {name: pad_blocks(array, padding.get(name, ())) for name, array in given.items()}
 
 
 def read(path, weights=None) -> dict:
@@ -132,8 +138,9 @@ def read(path, weights=None) -> dict:
 
     weights: None (the bundled ones) or a dict name -> numpy array / torch tensor with
     exactly the model's weights (meta.json "signature": the transform's inputs and the
-    kernel's other weights) in the model's layout, float32; packing and leaf tables are
-    computed from them by the module's transform function, as after compile().
+    kernel's other weights) in the model's layout and the user's sizes, float32; they are
+    padded to the kernel's sizes (meta.json "weight_padding"), and packing and leaf tables
+    are computed from them by the module's transform function, as after compile().
     """
     path = os.fspath(path)
     meta = _read_meta(path)
@@ -152,4 +159,5 @@ def read(path, weights=None) -> dict:
     return {"vocab_bound": meta["vocab_bound"], "aliases": meta.get("aliases", {}), "signature": signature,
             "executable": executable, "target": Target(meta["target"]), "plan": plan, "weights": arrays,
             "recipe_name": meta["recipe"], "state_shapes": meta.get("visible_state_shapes"),
-            "model_name": meta["model"], "trace": meta.get("trace", [])}
+            "model_name": meta["model"], "trace": meta.get("trace", []),
+            "weight_padding": meta.get("weight_padding", {})}

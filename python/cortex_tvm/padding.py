@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
-
 from .schedule import RecSchedule, derive
 from .target import cpu_info, make_target
+from .weights import pad_blocks
 
 #: model attributes that are sizes of vectors the kernel computes on
 SIZE_ATTRS = ("hidden_size", "embed_size")
@@ -57,14 +56,6 @@ def _axis_layouts(model, attrs) -> dict | None:
     return out
 
 
-def _pad_axis(array, axis, blocks, size, padded_size):
-    shape = array.shape
-    split = array.reshape(shape[:axis] + (blocks, size) + shape[axis + 1:])
-    widths = [(0, 0)] * split.ndim
-    widths[axis + 1] = (0, padded_size - size)
-    return np.pad(split, widths).reshape(shape[:axis] + (blocks * padded_size,) + shape[axis + 1:])
-
-
 def padded(model, multiple: int):
     """The same model with every size in SIZE_ATTRS rounded up to `multiple`, zero-padded weights.
 
@@ -83,15 +74,15 @@ def padded(model, multiple: int):
     layouts = _axis_layouts(model, attrs)
     if layouts is None:
         return None
-    weights = {}
-    for name, array in model.weights.items():
-        for axis, layout in enumerate(layouts[name]):
-            if layout is not None:
-                attr, blocks = layout
-                array = _pad_axis(array, axis, blocks, sizes[attr], targets[attr])
-        weights[name] = np.ascontiguousarray(array)
+    # per weight, its padded axes (axis, blocks, size, padded size): kept, so that `load` pads
+    # weights given in the user's sizes the same way
+    weight_padding = {name: [(axis, layout[1], sizes[layout[0]], targets[layout[0]])
+                             for axis, layout in enumerate(layouts[name]) if layout is not None]
+                      for name in model.weights}
+    weights = {name: pad_blocks(array, weight_padding[name]) for name, array in model.weights.items()}
     clone = _with_sizes(model, targets)
     clone.weights = weights
+    clone.weight_padding = {name: pads for name, pads in weight_padding.items() if pads}
     return clone
 
 

@@ -76,7 +76,8 @@ class CompiledModel:
     bounds_check = False
 
     def __init__(self, signature, executable, target, plan, weights, *, vocab_bound, model_name,
-                 aliases=None, recipe_name="custom", state_shapes=None, lowered=None, trace=()):
+                 aliases=None, recipe_name="custom", state_shapes=None, lowered=None, trace=(),
+                 weight_padding=None):
         self.model_name = model_name
         #: other names of the weights (PyTorch's), kept for load(path, weights=state_dict)
         self.aliases = dict(aliases or {})
@@ -95,6 +96,9 @@ class CompiledModel:
         self.state_shapes = tuple(tuple(int(d) for d in shape) for shape in state_shapes) if state_shapes \
             else tuple(shape for _, shape, _ in self._states)
         self._unpad = tuple(slice(0, d) for d in self.state_shapes[0])
+        #: weight -> its padded axes (axis, blocks, size, padded size) when the kernel runs at sizes
+        #: rounded up (`padding.padded`): `load` pads weights given in the user's sizes the same way
+        self.weight_padding = {name: [tuple(p) for p in pads] for name, pads in (weight_padding or {}).items()}
         #: the model's weights (exported as they are) and the kernel's arguments made from them
         self.model_weights = weights
         self._weights = None if target.kind.name == "cuda" else kernel_weights(executable, signature, weights)

@@ -43,3 +43,23 @@ def checked_weights(weights, expected: dict, aliases: dict, who: str) -> dict:
             raise ValueError(f"{who}: weight {name!r}: contains NaN or infinity")
         out[name] = np.array(w, order="C", copy=True)       # later edits by the caller do not leak in
     return out
+
+
+def pad_blocks(array, padding) -> np.ndarray:
+    """`array` with zero padding per axis: `padding` lists (axis, blocks, size, padded_size), the
+    axis being `blocks` blocks of `size` each widened to `padded_size` (`padding.padded`)."""
+    for axis, blocks, size, padded_size in padding:
+        shape = array.shape
+        split = array.reshape(shape[:axis] + (blocks, size) + shape[axis + 1:])
+        widths = [(0, 0)] * split.ndim
+        widths[axis + 1] = (0, padded_size - size)
+        array = np.pad(split, widths).reshape(shape[:axis] + (blocks * padded_size,) + shape[axis + 1:])
+    return np.ascontiguousarray(array)
+
+
+def unpadded_shape(shape, padding) -> tuple:
+    """The shape a weight has before `pad_blocks(array, padding)`."""
+    shape = list(shape)
+    for axis, blocks, size, _ in padding:
+        shape[axis] = blocks * size
+    return tuple(shape)

@@ -136,3 +136,9 @@ def test_padded_model_exports_and_loads_with_its_own_size(tmp_path):
     np.testing.assert_array_equal(loaded(x), compiled(x))
     every = loaded(x[:2], all_nodes=True)
     assert [e.shape[1] for e in every] == [13, 13]
+    # other weights in the user's sizes (13, not the kernel's padded 16): padded as compile() pads
+    other = type(model)(hidden_size=13, vocab_size=model.vocab_size, seed=11)
+    reloaded = ct.load(tmp_path / "m", weights=other.weights)
+    np.testing.assert_allclose(reloaded(x), other.reference(x), atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match=r"weight 'U': shape \(80, 32\), expected \(65, 26\)"):
+        ct.load(tmp_path / "m", weights={**other.weights, "U": np.zeros((80, 32), np.float32)})
