@@ -109,6 +109,9 @@ def _add_tune_parser(subparsers) -> None:
 
 def _tune(args) -> int:
     """`cortex-tvm tune MODEL --trials N --log PATH`: search the default schedule's knobs."""
+    if args.trials < 1:
+        print(f"tune: --trials must be at least 1, got {args.trials}", file=sys.stderr)
+        return 2
     trees, vocab = ct.data.sst_sample() if args.trees is None else ct.data.load_ptb(args.trees)
     model = _make_model(args.model, args.hidden, len(vocab))
     target = {"kind": "llvm", "mcpu": args.mcpu} if args.mcpu else args.target

@@ -78,3 +78,49 @@ def test_nearest_says_which():
     assert db.nearest(wl(64, model="TreeRNN")) == (None, "none")
     record, how = db.nearest(wl(128, batch=None))  # any batch size
     assert how == "exact" and record.workload.batch_size == 64
+
+
+def test_a_point_ranks_by_the_median_of_its_warm_measurements():
+    """The default is measured first, cold: its slow first trial must not rank it behind a
+    point that is slower when both are warm (the H=512 case of issue 18: 9.46 ms cold, then
+    7.84-7.96 ms, lost to a point re-timed at 8.09 ms under the mean)."""
+    db = Database()
+    default, other = wl(), wl()
+    cold = TuningRecord(default, TuningPoint.of(column_tile=32), (9.46e-3,), None, 1.0, warm=False)
+    db.commit(cold)
+    for seconds in (7.84e-3, 7.96e-3):
+        db.commit(rec(default, 32, seconds))
+    for seconds in (8.09e-3, 8.10e-3, 8.12e-3):
+        db.commit(rec(other, 16, seconds))
+    assert db.best(wl()).point == TuningPoint.of(column_tile=32)
+    assert db.typical_seconds(wl(), TuningPoint.of(column_tile=32)) == pytest.approx(7.90e-3)
+    # the mean over all three would have put it behind: (9.46 + 7.84 + 7.96) / 3 = 8.42 ms
+    assert sum(r.mean for r in db.for_workload(wl())[:3]) / 3 > 8.09e-3
+    # an outlier among warm measurements moves a median, unlike a mean, by one rank only
+    db.commit(rec(other, 16, 50e-3))
+    assert db.typical_seconds(wl(), TuningPoint.of(column_tile=16)) == pytest.approx(8.11e-3)
+
+
+def test_a_cold_measurement_counts_while_it_is_the_only_one(tmp_path):
+    path = tmp_path / "log.jsonl"
+    db = Database(path)
+    db.commit(TuningRecord(wl(), TuningPoint.of(column_tile=32), (3e-3,), None, 1.0, warm=False))
+    db.commit(rec(wl(), 16, 4e-3))
+    again = Database(path)                         # the flag survives the log
+    assert [r.warm for r in again.records] == [False, True]
+    assert again.best(wl()).point == TuningPoint.of(column_tile=32)
+    assert math.isinf(again.typical_seconds(wl(), TuningPoint.of(column_tile=8)))
+
+
+def test_the_tune_summary_puts_the_default_beside_the_best():
+    from cortex_tvm.tune.search import summary
+    db = Database()
+    default, other = TuningPoint.of(column_tile=32), TuningPoint.of(column_tile=16)
+    for seconds in (2e-3, 2.2e-3):
+        db.commit(rec(wl(), 32, seconds))
+    db.commit(rec(wl(), 16, 1.05e-3))
+    line = summary(db, wl(), db.best(wl()), default)
+    assert line == f"tune: best 1.050 ms  [{other}]; default 2.100 ms (2.00x the best)"
+    for _ in range(3):                             # median of 2.0, 2.2, 1.0, 1.0, 1.0 ms
+        db.commit(rec(wl(), 32, 1e-3))
+    assert summary(db, wl(), db.best(wl()), default).startswith("tune: the default is the fastest point measured: 1.000 ms")

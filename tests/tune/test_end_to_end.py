@@ -38,18 +38,28 @@ def test_tiny_tune_then_compile_from_log(fc32, trees, tmp_path, capsys):
     assert len(log.read_text().splitlines()) == 3
 
 
-def test_leaders_are_retimed_and_ranked_by_their_mean(fc32, trees, tmp_path):
+def test_leaders_are_retimed_and_ranked_by_their_warm_median(fc32, trees, tmp_path):
     log = tmp_path / "tuning.jsonl"
-    best = tune.tune(fc32, trials=3, log=log, trees=trees, repeats=1, max_batches=2, knobs=KNOBS,
-                     progress=None, confirm_rounds=2)
+    progress = tmp_path / "progress.txt"
+    with open(progress, "w") as out:
+        best = tune.tune(fc32, trials=3, log=log, trees=trees, repeats=1, max_batches=2, knobs=KNOBS,
+                         progress=out, confirm_rounds=2)
     records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["warm"] for r in records] == [False] + [True] * (len(records) - 1)   # only the first is cold
     points = {}
     for r in records:
-        points.setdefault(TuningPoint.from_json(r["knobs"]), []).append(r["mean"])
+        if r["warm"]:
+            points.setdefault(TuningPoint.from_json(r["knobs"]), []).append(r["mean"])
     assert len(points) == 3 and len(records) == 3 + 2 * 3          # top 3 (the default among them), twice
-    assert all(len(means) == 3 for means in points.values())
-    ranked = min(points, key=lambda p: sum(points[p]) / len(points[p]))
+    assert sorted(len(means) for means in points.values()) == [2, 3, 3]   # the first, cold trial is left out
+    ranked = min(points, key=lambda p: float(np.median(points[p])))
     assert best == ranked
+    text = progress.read_text()
+    assert text.count("re-timing the 3 leading points") == 1 and "round 2/2, point 3/3" in text
+    last = [line for line in text.splitlines() if line.startswith("tune: ")][-2]
+    default = Space(fc32, knobs=KNOBS).default()      # not in this narrowed space: never measured
+    assert default not in points and best != default
+    assert f"best {np.median(points[best]) * 1e3:.3f} ms" in last and "the default was not measured" in last
 
 
 def test_nearest_and_missing_records_warn(fc32, tmp_path):

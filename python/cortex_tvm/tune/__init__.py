@@ -46,7 +46,7 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
     to measure on a remote device through TVM's RPC tracker (see `tune.rpc`);
     cross_compiler: the C++ compiler that links the kernel for that device
     (e.g. "aarch64-linux-gnu-g++"; default: the host's).
-    At the end the three fastest points and the default are re-timed
+    At the end the four fastest points and the default are re-timed
     `confirm_rounds` times, alternating (extra log records), so one lucky
     timing does not pick the winner.
     """
@@ -64,5 +64,5 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
     config = SearchConfig(trials=trials, seconds=seconds, seed=seed, confirm_rounds=confirm_rounds)
     best = search(space, measurer, Database(log), workload, WorkloadStats.of(model, batches), config, progress)
     if progress is not None and best is not None:
-        print(f"tune: best {best.mean * 1e3:.3f} ms  [{best.point}]  -> {log}", file=progress)
+        print(f"tune: trials written to {log}", file=progress)
     return None if best is None else best.point

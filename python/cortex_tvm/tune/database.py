@@ -2,14 +2,20 @@
 
 A record: `{"workload": {...}, "knobs": {...}, "latencies": [s, ...], "mean": s | null,
 "error": text | null, "time": unix seconds, "cortex_tvm": version, "tvm": version,
-"target_detail": full target string}`.  A failed trial has mean null (inf in
+"target_detail": full target string, "warm": bool}`.  A failed trial has mean null (inf in
 memory).  A line that does not parse is skipped with a warning naming it.
+
+A point measured several times (the search re-times its leaders) ranks by the median of its
+warm measurements: the first trial of a tuning run (`warm: false`) pays for the process's
+first builds and the thread pool's start, so it counts only while it is the point's one
+measurement.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import statistics
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -35,6 +41,8 @@ class TuningRecord:
     #: the schedule steps the knobs produced (replayable with RecSchedule.replay): the record of
     #: what was measured, which stays meaningful when the recipe changes later
     trace: tuple = field(default=(), compare=False)
+    #: False for the first trial of a tuning run, timed while the process was still cold
+    warm: bool = field(default=True, compare=False)
 
     @property
     def mean(self) -> float:
@@ -47,7 +55,7 @@ class TuningRecord:
         return {"workload": self.workload.to_json(), "knobs": self.point.to_json(),
                 "latencies": list(self.latencies), "mean": None if math.isinf(mean) else mean,
                 "error": self.error, "time": self.time, **self.versions, "target_detail": self.target_detail,
-                "recipe": self.recipe, "trace": list(self.trace)}
+                "recipe": self.recipe, "trace": list(self.trace), "warm": self.warm}
 
     @classmethod
     def from_json(cls, data: dict) -> "TuningRecord":
@@ -55,7 +63,7 @@ class TuningRecord:
                    tuple(float(t) for t in data.get("latencies") or ()), data.get("error"),
                    float(data.get("time", 0.0)),
                    {k: data[k] for k in ("cortex_tvm", "tvm") if k in data}, data.get("target_detail", ""),
-                   data.get("recipe", ""), tuple(data.get("trace") or ()))
+                   data.get("recipe", ""), tuple(data.get("trace") or ()), bool(data.get("warm", True)))
 
 
 def versions() -> dict:
@@ -89,14 +97,24 @@ class Database:
         return {r.point: r for r in self.for_workload(workload)}
 
     def top_k(self, workload: Workload, k: int = 1) -> list:
-        """The k fastest points' latest records; a point measured several times (the search
-        re-times its leaders) is ranked by the mean over its measurements."""
+        """The k fastest points' latest records, ranked by `typical` (the median of each
+        point's warm measurements)."""
+        by_point = self.measurements(workload)
+        ranked = sorted(by_point.values(), key=typical)
+        return [rs[-1] for rs in ranked[:k]]
+
+    def measurements(self, workload: Workload) -> dict:
+        """point -> its successful records for this workload, oldest first."""
         by_point = {}
         for r in self.for_workload(workload):
             if math.isfinite(r.mean):
                 by_point.setdefault(r.point, []).append(r)
-        ranked = sorted(by_point.values(), key=lambda rs: sum(r.mean for r in rs) / len(rs))
-        return [rs[-1] for rs in ranked[:k]]
+        return by_point
+
+    def typical_seconds(self, workload: Workload, point) -> float:
+        """`typical` over the point's successful records (inf when it has none)."""
+        records = self.measurements(workload).get(point)
+        return typical(records) if records else math.inf
 
     def best(self, workload: Workload):
         """The fastest successful point's latest record for exactly this workload, or None."""
@@ -124,6 +142,13 @@ class Database:
         probe = workload if workload.batch_size is not None else _with_batch(workload, 10)
         closest = min(set(candidates), key=lambda w: (probe.distance(w), str(w)))
         return self.best(closest), "nearest"
+
+
+def typical(records) -> float:
+    """The median of the records' means, leaving out cold ones (the first trial of a run) when
+    the point was also measured warm."""
+    warm = [r.mean for r in records if r.warm]
+    return statistics.median(warm or [r.mean for r in records])
 
 
 def _with_batch(workload: Workload, batch_size) -> Workload:

@@ -18,7 +18,7 @@ import numpy as np
 
 from .cost_model import CostModel
 from .pretrained import choice, facts_for, shipped_booster
-from .database import Database, TuningRecord, now, versions
+from .database import Database, TuningRecord, now, typical, versions
 from .space import Space, TuningPoint
 
 
@@ -61,14 +61,17 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
         return len(done) >= config.trials or (
             config.seconds is not None and time.perf_counter() - start >= config.seconds)
 
+    cold = [True]             # the run's first trial pays for the process's first builds
+
     def run(point: TuningPoint):
         result = measurer.measure(space, point)
         record = TuningRecord(workload, point, result.latencies, result.error, now(), info, target_detail,
-                              space.fingerprint, result.trace)
+                              space.fingerprint, result.trace, warm=not cold[0])
+        cold[0] = False
         database.commit(record)
         done[point] = record
         if log is not None:
-            best = min((r.mean for r in done.values()), default=math.inf)
+            best = min((database.typical_seconds(workload, p) for p in done), default=math.inf)
             this = "failed: " + result.error.splitlines()[0][:80] if result.error else f"{record.mean * 1e3:.3f} ms"
             print(f"tune: trial {len(done)}/{config.trials}  {this}  best {best * 1e3:.3f} ms  "
                   f"elapsed {time.perf_counter() - start:.0f} s  [{point}]", file=log, flush=True)
@@ -96,7 +99,23 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
             run(point)
     if len(done) > resumed_with:         # nothing new measured (a finished run resumed): nothing to confirm
         confirm(space, measurer, database, workload, config, info, target_detail, log, baselines)
-    return database.best(workload)
+    best = database.best(workload)
+    if log is not None and best is not None:
+        print(summary(database, workload, best, space.default()), file=log, flush=True)
+    return best
+
+
+def summary(database, workload, best, default) -> str:
+    """The tune's last line: the winner's time next to the default's (both the median of their
+    warm measurements), so a tune that found nothing better says so."""
+    found = database.typical_seconds(workload, best.point)
+    base = database.typical_seconds(workload, default)
+    if best.point == default:
+        return f"tune: the default is the fastest point measured: {found * 1e3:.3f} ms  [{default}]"
+    if not math.isfinite(base):
+        return f"tune: best {found * 1e3:.3f} ms  [{best.point}]; the default was not measured"
+    return (f"tune: best {found * 1e3:.3f} ms  [{best.point}]; default {base * 1e3:.3f} ms "
+            f"({base / found:.2f}x the best)")
 
 
 def _baselines(space, facts) -> list:
@@ -113,7 +132,7 @@ def confirm(space, measurer, database, workload, config, info, target_detail, lo
     `_baselines`), alternating, `config.confirm_rounds` times.
 
     One lucky timing on a noisy machine would otherwise pick the winner; the
-    database ranks a point by the mean over all its measurements, so these
+    database ranks a point by the median of its warm measurements, so these
     extra records (appended to the log like any trial) settle the order.
     """
     if config.confirm_rounds < 1:
@@ -122,15 +141,20 @@ def confirm(space, measurer, database, workload, config, info, target_detail, lo
     for baseline in baselines:
         if baseline not in points and space.contains(baseline) and space.is_valid(baseline):
             points.append(baseline)
+    if log is not None:
+        print(f"tune: re-timing the {len(points)} leading points (the default among them) "
+              f"{config.confirm_rounds} more times; each ranks by the median of its warm timings",
+              file=log, flush=True)
     for round_index in range(config.confirm_rounds):
-        for point in points:
+        for i, point in enumerate(points):
             result = measurer.measure(space, point)
             database.commit(TuningRecord(workload, point, result.latencies, result.error, now(), info,
                                          target_detail, space.fingerprint, result.trace))
             if log is not None:
                 this = f"{result.mean * 1e3:.3f} ms" if result.error is None else "failed"
-                print(f"tune: confirm {round_index + 1}/{config.confirm_rounds}  {this}  [{point}]",
-                      file=log, flush=True)
+                median = database.typical_seconds(workload, point)
+                print(f"tune: re-time round {round_index + 1}/{config.confirm_rounds}, point {i + 1}/{len(points)}"
+                      f"  {this} (median {median * 1e3:.3f} ms)  [{point}]", file=log, flush=True)
 
 
 def propose(space: Space, model: CostModel, rng, exclude: set, count: int, pool: int, epsilon: float) -> list:
