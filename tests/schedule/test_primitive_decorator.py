@@ -38,6 +38,10 @@ def fc_tiled(rs):
                                                                        column_tile=16, lanes=8)
 
 
+def fc_columns(rs):
+    return fc_tiled(rs).parallel_columns("W")
+
+
 def packed(rs):
     return rs.specialize_leaves().pack("W", axis=0, tile=16)
 
@@ -99,6 +103,9 @@ CASES = [
     Case("per_level_kernels", "TreeFC", specialized, (), {},
          {"levels": 2}, "per_level_kernels: got an unexpected keyword argument 'levels'",
          (kernels, "replace", ValueError)),
+    Case("persistent_threads", "TreeFC", fc_columns, (), {},
+         {"barrier": True}, "persistent_threads: got an unexpected keyword argument 'barrier'",
+         (kernels, "persistent_region", ValueError)),
     Case("single_kernel", "TreeFC", specialized, (), {"blocks": 132},        # CPU: the default structure
          {"blocks": "132"}, "single_kernel: argument 'blocks' must be int, got str '132'",
          (kernels, "replace", ValueError)),

@@ -10,6 +10,7 @@ import cortex_tvm as ct
 from cortex_tvm import recipes
 from cortex_tvm.padding import compiled_form
 from cortex_tvm.tune import pretrained
+from cortex_tvm.tune.features import FEATURES, ProgramFacts, WorkloadStats, derived_vector
 
 pytest.importorskip("xgboost")
 DATA = os.path.join(os.path.dirname(ct.__file__), "..", "..", "tuning", "cost_data.jsonl")
@@ -46,13 +47,31 @@ def test_ranks_configurations_of_held_out_models():
     assert np.mean(regret) < 0.15, report          # its pick within 15% of each group's best, on average
 
 
+def test_cost_data_recorded_before_persistent_threads_reads_as_a_fork_per_level(tmp_path):
+    import json
+    stats = WorkloadStats(64, 64, 10, 300.0, 20.0, 15.0, 60.0, 12.0)
+    facts = ProgramFacts(((5, 64, 128, False),), 8, 16, 2)
+    knobs = {"node_tile": 2, "max_column_vectors": 4, "lanes": 8, "k_unroll": 8, "hoist": True,
+             "parallel_columns": True, "unroll_depth": 1}
+    old = derived_vector(knobs, facts, stats)
+    assert len(old) == FEATURES and old[-1] == 0.0
+    assert derived_vector({**knobs, "persistent_threads": True}, facts, stats) == old[:-1] + [1.0]
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps({"group": "g/1", "key": "a", "seconds": 1.0, "features": old[:-1]}) + "\n")
+    (row,) = pretrained.load_runs([path])
+    assert row["features"] == old
+    path.write_text(json.dumps({"group": "g/1", "key": "a", "seconds": 1.0, "features": old[:-3]}) + "\n")
+    with pytest.raises(ValueError, match=f"has {FEATURES - 3} features; this version has {FEATURES}"):
+        pretrained.load_runs([path])
+
+
 def test_a_disturbed_point_is_dropped_and_its_group_kept(tmp_path):
     """A point 3x its group's median (another job held the cores) is left out; a configuration
     that is merely slow (2.6x the fastest) stays, and so does the rest of its group."""
     import json
     times = {"a": 1.0, "b": 1.1, "c": 1.2, "d": 2.6, "e": 30.0, "f": None}
     path = tmp_path / "runs.jsonl"
-    path.write_text("".join(json.dumps({"group": "g/1", "key": k, "seconds": s, "features": [0.0]}) + "\n"
+    path.write_text("".join(json.dumps({"group": "g/1", "key": k, "seconds": s, "features": [0.0] * FEATURES}) + "\n"
                             for k, s in times.items()))
     assert sorted(r["key"] for r in pretrained.load_runs([path])) == ["a", "b", "c", "d"]
 

@@ -11,7 +11,7 @@ import tvm
 from ..lower import FUNC_NAME
 from .core import RecScheduleCore, RuntimePlan, ScheduleError, Step
 from .gpu import GpuPrimitives
-from .kernels import KernelPrimitives, split_per_level
+from .kernels import KernelPrimitives, persistent_region, split_per_level
 from .layout import LayoutPrimitives
 from .loops import LoopPrimitives
 from .program import ProgramPrimitives
@@ -48,7 +48,8 @@ class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimit
         return mod
 
     def finalize(self):
-        """Split reduction inits off tiled blocks (s_tir requires this after `parallel`).
+        """Split reduction inits off tiled blocks (s_tir requires this after `parallel`); with
+        `persistent_threads`, give every stage scheduled since then its barrier.
 
         Called by the build; idempotent.
         """
@@ -57,4 +58,6 @@ class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimit
                 b = self._block(block)
                 self.sch.decompose_reduction(b, self.sch.get_loops(b)[loop_position])
         self._pending_decompose = []
+        if self.persistent_levels:
+            self._rewrite(persistent_region)
         return self

@@ -184,6 +184,8 @@ class RecScheduleCore:
         self.bound_scopes: list = []
         #: thread blocks of the persistent grid-synced kernel, None until single_kernel(blocks)
         self.persistent_blocks = None
+        #: the level loop runs as one parallel region of the CPU threads (persistent_threads)
+        self.persistent_levels = False
         #: primitives applied after which the program can no longer be re-lowered
         self.scheduled: list = []
         #: primitives running now (one may call another, which is then not recorded)
@@ -196,7 +198,7 @@ class RecScheduleCore:
         self.sch.work_on(FUNC_NAME)
 
     #: everything a primitive may change besides the IR (restored when one fails)
-    _STATE = ("lowered", "plan", "tiled", "unroll_depth", "bound_scopes", "persistent_blocks", "scheduled",
+    _STATE = ("lowered", "plan", "tiled", "unroll_depth", "bound_scopes", "persistent_blocks", "persistent_levels", "scheduled",
               "_pending_decompose", "trace")
 
     def _snapshot(self):

@@ -15,7 +15,10 @@ register is and how many there are.  From that:
   matrix product whose broadcast operand is a weight row (MV-RNN's WM [A_l; A_r]) gets a
   register tile of rows x column vectors (`reduction_tile`);
 - leaves are hoisted into per-word tables when the leaf case reads only the
-  word; column tiles run in parallel across cores.
+  word; column tiles run in parallel across cores; with `persistent_threads`,
+  the level loop is one parallel region (a barrier per stage instead of a
+  fork and join; off by default: on the CPUs measured it is within noise,
+  docs/benchmarks.md).
 
 `derive(rs, info, **knobs)` applies it; `knob_space(program_facts, info)`
 lists the knobs' candidates with the analytic default first.
@@ -162,7 +165,7 @@ def _is_untransformed(rs, name):
 
 def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int | None = None,
            k_unroll: int = 8, hoist: bool = True, parallel_columns: bool = True,
-           unroll_depth: int = 1):
+           unroll_depth: int = 1, persistent_threads: bool = False):
     """Apply the derived schedule to a fresh RecSchedule (see the module docstring); returns rs."""
     lanes = lanes or info.lanes
     rs.specialize_leaves()
@@ -202,6 +205,8 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
         except ScheduleError:
             continue
     rs.unroll_levels(unroll_depth)
+    if persistent_threads:
+        rs.persistent_threads()        # refused (the point is invalid) without a parallel stage
     return rs
 
 
@@ -261,4 +266,4 @@ def knob_space(widest_middle: int, info) -> dict:
     lanes = [info.lanes] + ([info.lanes // 2] if info.lanes > 4 else [])
     return {"node_tile": node_tile, "max_column_vectors": [4, 2, 1, 8], "lanes": lanes,
             "k_unroll": [8, 4, 1], "hoist": [True, False], "parallel_columns": [True, False],
-            "unroll_depth": [1, 2, 3]}
+            "unroll_depth": [1, 2, 3], "persistent_threads": [False, True]}

@@ -135,6 +135,8 @@ class GpuPrimitives:
             raise ScheduleError(f"bind_nodes: scope must be 'tables', 'leaves', 'level' or 'roots', got {scope!r}")
         if scope in self._gpu_bound():
             raise ScheduleError(f"bind_nodes: {scope!r} is already bound")
+        if self.persistent_levels:
+            raise ScheduleError("bind_nodes: not with persistent_threads(), a CPU primitive")
         if not 0 <= threads <= 1024:
             raise ScheduleError(f"bind_nodes: threads must be an int in [0, 1024] (0: automatic), got {threads!r}")
         if scope != "roots" and not self.has_block(scope):

@@ -310,6 +310,8 @@ class LoopPrimitives:
             raise ScheduleError(f"unroll_levels: depth must be a positive int, got {depth!r}")
         if self.plan.per_level:
             raise ScheduleError("unroll_levels: not with per_level_kernels()")
+        if self.persistent_levels and depth > 1:
+            raise ScheduleError("unroll_levels: apply it before persistent_threads() (the region spans the level loop)")
         if depth > 1:
             level_loop = self.sch.get_loops(self._block("level"))[0]
             _, inner = self.sch.split(level_loop, [None, depth])

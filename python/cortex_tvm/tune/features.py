@@ -88,6 +88,21 @@ class ProgramFacts:
         return cls(tuple(gemms), info.lanes, info.registers, info.cores)
 
 
+#: length of a `derived_vector`
+FEATURES = 27
+#: features added after cost data were recorded, with the value they have in older rows
+#: (persistent_threads did not exist: a fork and join per level)
+ADDED_FEATURES = (("persistent_threads", 0.0),)
+
+
+def complete(features: list) -> list:
+    """A feature vector recorded before the `ADDED_FEATURES` existed, with their values appended."""
+    missing = FEATURES - len(features)
+    if not 0 <= missing <= len(ADDED_FEATURES):
+        raise ValueError(f"a cost-data row has {len(features)} features; this version has {FEATURES}")
+    return list(features) + [value for _, value in ADDED_FEATURES[len(ADDED_FEATURES) - missing:]]
+
+
 def derived_vector(knobs: dict, facts: ProgramFacts, stats: WorkloadStats) -> list:
     """Features of one derived-schedule point: the register tile each GEMM gets against the
     register file, its arithmetic intensity, padding waste, parallel balance, the work left at
@@ -118,7 +133,8 @@ def derived_vector(knobs: dict, facts: ProgramFacts, stats: WorkloadStats) -> li
     return tile + [float(nt), float(waste), float(lanes) / facts.lanes, float(knobs.get("k_unroll", 1)),
                    float(knobs.get("unroll_depth", 1)), float(bool(knobs.get("parallel_columns"))) * facts.cores,
                    float(bool(knobs.get("hoist"))), np.log2(max(run_flops, 1.0)), float(facts.lanes),
-                   float(facts.registers), float(len([g for g in facts.gemms if not g[3]]))] + stats.vector()
+                   float(facts.registers), float(len([g for g in facts.gemms if not g[3]]))] + stats.vector() \
+        + [float(bool(knobs.get("persistent_threads")))]
 
 
 def featurize(points, stats: WorkloadStats, facts: ProgramFacts | None = None) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 from .. import data
 from ..data import postorder
 from .cost_model import PARAMS, spearman
-from .features import ProgramFacts, WorkloadStats, derived_vector
+from .features import ProgramFacts, WorkloadStats, complete, derived_vector
 from .space import TuningPoint
 
 MODEL_FILE = "cost_model.json"
@@ -117,7 +117,7 @@ def load_runs(paths) -> list:
     for path in paths:
         with open(path, encoding="utf-8") as f:
             rows += [json.loads(line) for line in f if line.strip()]
-    rows = [r for r in rows if r["seconds"]]
+    rows = [{**r, "features": complete(r["features"])} for r in rows if r["seconds"]]
     by_group = {}
     for r in rows:
         by_group.setdefault(r["group"], []).append(r["seconds"])
