@@ -15,7 +15,8 @@ from cortex_tvm.schedule.core import primitive
 
 MODELS = {"TreeFC": lambda: ct.models.TreeFC(hidden_size=16, vocab_size=10),
           "TreeLSTM": lambda: ct.models.TreeLSTM(hidden_size=16, vocab_size=10),
-          "ChildSum": lambda: ct.models.ChildSumTreeLSTM(16, 10, max_children=3)}
+          "ChildSum": lambda: ct.models.ChildSumTreeLSTM(16, 10, max_children=3),
+          "MVRNN": lambda: ct.models.MVRNN(hidden_size=16, vocab_size=10)}
 _LOWERED = {}
 
 
@@ -94,6 +95,9 @@ CASES = [
          (tvm.s_tir.Schedule, "reorder", tvm.s_tir.ScheduleError)),
     Case("parallel_columns", "TreeFC", fc_tiled, ("W",), {"weight": "W"},
          {"weight": b"W"}, "parallel_columns: argument 'weight' must be str, got bytes",
+         (tvm.s_tir.Schedule, "parallel", tvm.s_tir.ScheduleError)),
+    Case("parallel_nodes", "MVRNN", specialized, ("internal_A_sum",), {"block": "internal_A_sum"},
+         {"block": 1.0}, "parallel_nodes: argument 'block' must be str, got float",
          (tvm.s_tir.Schedule, "parallel", tvm.s_tir.ScheduleError)),
     Case("unroll_levels", "TreeFC", specialized, (2,), {"depth": 2},
          {"depth": 2.0}, "unroll_levels: argument 'depth' must be int, got float 2.0",

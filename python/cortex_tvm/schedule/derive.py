@@ -15,7 +15,10 @@ register is and how many there are.  From that:
   matrix product whose broadcast operand is a weight row (MV-RNN's WM [A_l; A_r]) gets a
   register tile of rows x column vectors (`reduction_tile`);
 - leaves are hoisted into per-word tables when the leaf case reads only the
-  word; column tiles run in parallel across cores; with `persistent_threads`,
+  word; column tiles run in parallel across cores, and so do the nodes of a
+  stage that is not a weight GEMM when it does at least PARALLEL_NODE_WORK
+  multiply-adds per node (the knob parallel_columns=False keeps every stage
+  on one core); with `persistent_threads`,
   the level loop is one parallel region (a barrier per stage instead of a
   fork and join; off by default: on the CPUs measured it is within noise,
   docs/benchmarks.md).
@@ -33,6 +36,10 @@ import tvm_ffi
 from .core import ScheduleError
 
 _SPATIAL, REDUCE = 0, 2
+#: multiply-adds per node from which a stage that is not a weight GEMM runs its nodes across
+#: cores (parallel_nodes): a 64 x 64 matrix-vector product; a child sum or an elementwise step
+#: is far below it and would pay a fork and join per level for nothing
+PARALLEL_NODE_WORK = 4096
 #: LowerTVMBuiltin keeps a local buffer on the stack (so LLVM can promote it to registers)
 #: only below this size; a larger register tile becomes a heap workspace and runs 3x slower
 STACK_BYTES = 1024
@@ -204,10 +211,24 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
             rs.vectorize_reduction(name, lanes=lanes, rows=rows, vectors=vectors)
         except ScheduleError:
             continue
+    if parallel_columns and info.cores > 1:
+        for name in rs.block_names("level"):
+            if name not in rs.tiled and work_per_node(rs, name) >= PARALLEL_NODE_WORK:
+                rs.parallel_nodes(name)
     rs.unroll_levels(unroll_depth)
     if persistent_threads:
         rs.persistent_threads()        # refused (the point is invalid) without a parallel stage
     return rs
+
+
+def work_per_node(rs, name: str) -> int:
+    """Iterations of a block per node: the product of its iterators' extents but the node's."""
+    work = 1
+    for iv in rs.sch.get(rs._block(name)).iter_vars[1:]:
+        if not isinstance(iv.dom.extent, tvm.tirx.IntImm):
+            return 0
+        work *= int(iv.dom.extent)
+    return work
 
 
 def reduction_tile(rs, name: str, info, lanes: int) -> tuple:

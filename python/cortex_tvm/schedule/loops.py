@@ -264,6 +264,68 @@ class LoopPrimitives:
 
     persist = renamed("persist", parallel_columns)
 
+    @primitive
+    def parallel_nodes(self, block: str):
+        """Run a stage's node loop in parallel across cores: each core takes a share of the level's nodes.
+
+        The other axis of parallelism: parallel_columns splits a GEMM's
+        output columns, so every core streams its own share of the weight;
+        a stage that is not a weight GEMM (MV-RNN's per-node matrix product
+        W_M [A_l; A_r], a child sum) has no columns to split and otherwise
+        runs on one core.  TVM's static partition gives each core a
+        contiguous range of the level's nodes.
+
+        Requires: `block` in the level scope, its outermost loop over nodes
+        (not a tile_gemm block: use parallel_columns).
+
+        Parameters
+        ----------
+        block : str   name of the stage's block
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ScheduleError  no such block in the level, a tiled block, or an outer loop that is not
+                       the node loop
+
+        Examples
+        --------
+        Before (MV-RNN after ``vectorize_reduction("internal_A_sum", lanes=8, rows=4, vectors=2)``)::
+
+            for l in range(1, L):
+                for n, i_0, j_0, q, k in T.grid(size, 16, 4, 2, 64): ...     # A_sum[n, ...] += ...
+
+        ``rs.parallel_nodes("internal_A_sum")``; after::
+
+            for l in range(1, L):
+                for n in T.parallel(size):
+                    for i_0, j_0, q, k in T.grid(16, 4, 2, 64): ...
+        """
+        if block not in self.block_names("level"):
+            raise ScheduleError(f"parallel_nodes: no block {block!r} in the level; blocks are "
+                                f"{self.block_names('level')}")
+        if block in self.tiled:
+            raise ScheduleError(f"parallel_nodes: {block!r} is register-tiled; its column tiles run in "
+                                "parallel with parallel_columns")
+        node_loop = self.sch.get_loops(self._block(block))[0]
+        if not self._binds_node(block, self.sch.get(node_loop).loop_var):
+            raise ScheduleError(f"parallel_nodes: the outer loop of {block!r} is not its node loop")
+        self.sch.parallel(node_loop)
+        return self
+
+    def _binds_node(self, block, var) -> bool:
+        """Whether `var` appears in the binding of the block's first (node) iterator."""
+        found = []
+
+        def on_realize(r):
+            if r.block.name_hint == block:
+                tvm_ffi.structural_walk(r.iter_values[0], (tirx.Var, lambda v: found.append(v.same_as(var))))
+        tvm_ffi.structural_walk(self.func, (tvm.s_tir.stmt.SBlockRealize, on_realize))
+        return any(found)
+
     def _reads(self, block, buffer_name):
         found = []
 
