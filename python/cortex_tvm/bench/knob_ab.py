@@ -1,0 +1,83 @@
+"""One knob of the derived schedule, on and off, timed alternately in one process (a benchmark
+that prints, not a test): `python -m cortex_tvm.bench.knob_ab --knob persistent_threads=true`.
+
+Both builds start from what `compile()` picks without a tuning log (the shipped cost model's
+choice); the second sets the knob.  Every batch of both is checked against the float64
+reference first.  The figure is the mean over batches of each batch's best time, best of
+`--rounds` rounds, the two builds alternating round by round.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from .. import data, recipes
+from ..models import reference64
+from ..padding import compiled_form
+from ..target import make_target
+from ..timing import batches_of, best_of
+from ..tune.pretrained import choose
+from .cases import MODEL_CLASSES, make_model, structures
+
+
+def parse_knob(text: str) -> tuple:
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"--knob wants name=value, got {text!r}")
+    try:
+        return name, json.loads(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--knob {name}: {value!r} is not a JSON value (true, 2, ...)") from None
+
+
+def builds(name, hidden, knob, target):
+    trees, vocab = data.sst_sample()
+    model = make_model(name, hidden, len(vocab))
+    tgt = make_target(target)
+    kernel_model = compiled_form(model, tgt)
+    default = choose(recipes.resolve(kernel_model, tgt, None), kernel_model, tgt)
+    if knob[0] not in default.knobs:
+        raise SystemExit(f"knob_ab: the derived schedule has no knob {knob[0]!r}; it has {sorted(default.knobs)}")
+    flipped = default.with_knobs(**dict([knob]))
+    return model, trees, {"default": model.compile(target=tgt, schedule=default),
+                          f"{knob[0]}={json.dumps(knob[1])}": model.compile(target=tgt, schedule=flipped)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cortex_tvm.bench.knob_ab", description=__doc__.split("\n")[0])
+    parser.add_argument("--models", nargs="+", default=["treelstm"], choices=sorted(MODEL_CLASSES))
+    parser.add_argument("--hidden", nargs="+", type=int, default=[256])
+    parser.add_argument("--batch", nargs="+", type=int, default=[1, 10])
+    parser.add_argument("--knob", type=parse_knob, required=True, help="name=value, e.g. persistent_threads=true")
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--target", default="llvm")
+    args = parser.parse_args(argv)
+    for name in args.models:
+        for hidden in args.hidden:
+            model, trees, compiled = builds(name, hidden, args.knob, args.target)
+            for batch_size in args.batch:
+                batches = [structures(name, b) for b in batches_of(trees, batch_size, args.batches)]
+                want = [reference64(model, b) for b in batches]
+                for label, c in compiled.items():
+                    err = max(float(np.abs(c(b) - w).max()) for b, w in zip(batches, want))
+                    if err > 1e-3:
+                        print(f"knob_ab: {label} is wrong on {name} H={hidden} (max |err| {err:.3g})", file=sys.stderr)
+                        return 1
+                best = {label: np.inf for label in compiled}
+                for _ in range(args.rounds):
+                    for label, c in compiled.items():
+                        best[label] = min(best[label], float(np.mean([best_of(c, b, args.repeats) for b in batches])))
+                base, other = best.values()
+                print(f"{name} H={hidden} batch={batch_size}: " + ", ".join(
+                      f"{label} {seconds * 1e3:.3f} ms" for label, seconds in best.items())
+                      + f"  (default / knob: {base / other:.3f})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
