@@ -56,7 +56,7 @@ def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repea
         chosen = [chosen[i] for i in rng.permutation(len(chosen))]
         for B in batch_sizes:
             batches = [structures(name, trees[s:s + B]) for s in batch_starts(len(trees), B, 4)]
-            stats = WorkloadStats.of(model, batches)
+            stats = WorkloadStats.of(space.kernel_model, batches)   # padded sizes, as compile() sees them
             measurer = Measurer(model, batches, target, repeats=repeats, warmup=3)
             for point in chosen:
                 key = f"{name}/{H}/{mcpu}/{B}/{point}"
