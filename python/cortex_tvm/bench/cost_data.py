@@ -6,7 +6,9 @@ many (model, hidden size, CPU, batch size) points, one JSON line each with its f
     python -m cortex_tvm.tune.pretrained runs.jsonl --out tuning/cost_model.json
 
 Rerunning with the same --out skips what is already there.  AVX2 code (`--mcpu haswell`)
-runs on an AVX-512 host, so one machine measures both ISAs.
+runs on an AVX-512 host, so one machine measures both ISAs.  A point 3x slower than its
+group's median is timed again and counts by the median of its timings (`retime_outliers`):
+nothing is dropped as "disturbed".
 """
 from __future__ import annotations
 
@@ -58,21 +60,52 @@ def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repea
             batches = [structures(name, trees[s:s + B]) for s in batch_starts(len(trees), B, 4)]
             stats = WorkloadStats.of(space.kernel_model, batches)   # padded sizes, as compile() sees them
             measurer = Measurer(model, batches, target, repeats=repeats, warmup=3)
-            for point in chosen:
-                key = f"{name}/{H}/{mcpu}/{B}/{point}"
-                if key in done:
-                    continue
+            group = f"{name}/{H}/{mcpu}/{B}"
+            todo = [p for p in chosen if f"{group}/{p}" not in done]
+            results = {}
+            for point in todo:
                 start = time.perf_counter()
-                result = measurer.measure(space, point)
-                row = {"key": key, "group": f"{name}/{H}/{mcpu}/{B}", "knobs": point.to_json(),
-                       "default": point == default,
-                       "seconds": result.mean if np.isfinite(result.mean) else None, "error": result.error,
-                       "features": derived_vector(point.as_dict(), facts, stats)}
-                with open(out, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(row) + "\n")
+                results[point] = measurer.measure(space, point)
                 if progress is not None:
-                    print(f"cost_data: {key}: {result.mean * 1e3:.3f} ms ({time.perf_counter() - start:.1f} s)",
-                          file=progress, flush=True)
+                    print(f"cost_data: {group}/{point}: {results[point].mean * 1e3:.3f} ms "
+                          f"({time.perf_counter() - start:.1f} s)", file=progress, flush=True)
+            settled = retime_outliers({p: r.mean for p, r in results.items()},
+                                      lambda p: measurer.measure(space, p).mean, progress)
+            with open(out, "a", encoding="utf-8") as f:
+                for point in todo:
+                    seconds, timings = settled[point]
+                    row = {"key": f"{group}/{point}", "group": group, "knobs": point.to_json(),
+                           "default": point == default,
+                           "seconds": seconds if np.isfinite(seconds) else None, "timings": timings,
+                           "error": results[point].error,
+                           "features": derived_vector(point.as_dict(), facts, stats)}
+                    f.write(json.dumps(row) + "\n")
+
+
+#: a point this many times its group's median is timed again: another job may have held the
+#: cores (TVM's spinning thread pool then loses 10-30x), or the configuration is slow
+OUTLIER = 3.0
+RETIMES = 2
+
+
+def retime_outliers(seconds: dict, measure, progress=None) -> dict:
+    """point -> (seconds, timings).  A point slower than OUTLIER x the group's median is timed
+    RETIMES more times and counts by the median of all its timings: a slow configuration
+    repeats and is kept as slow; a disturbed measurement does not repeat.  Nothing is dropped."""
+    finite = [t for t in seconds.values() if np.isfinite(t)]
+    median = float(np.median(finite)) if finite else np.inf
+    out = {}
+    for point, first in seconds.items():
+        timings = [first]
+        if np.isfinite(first) and first > OUTLIER * median:
+            timings += [measure(point) for _ in range(RETIMES)]
+            if progress is not None:
+                print(f"cost_data: re-timed an outlier ({first / median:.1f}x the median): "
+                      + ", ".join(f"{t * 1e3:.3f}" for t in timings) + f" ms  [{point}]", file=progress, flush=True)
+        finite_timings = [t for t in timings if np.isfinite(t)]
+        out[point] = (float(np.median(finite_timings)) if finite_timings else np.inf,
+                      [float(t) if np.isfinite(t) else None for t in timings])
+    return out
 
 
 def main(argv=None) -> int:

@@ -104,8 +104,9 @@ def choose(recipe, kernel_model, target):
 
 
 # -- building the shipped model (the measurements come from `python -m cortex_tvm.bench.cost_data`) --
-#: a measurement this many times its group's median was taken while another job held the cores
-#: (TVM's spinning thread pool then loses 10-30x): it is dropped, its group kept.  (Dropping
+#: in cost data recorded before `bench.cost_data` re-timed its outliers, a measurement this many
+#: times its group's median was taken while another job held the cores (TVM's spinning thread
+#: pool then loses 10-30x): it is dropped, its group kept.  (Dropping
 #: whole groups whose slowest point was 3x their fastest threw away exactly the groups where
 #: the configuration matters most: large sizes, AVX2, a node tile of 1, 4 lanes.)
 DISTURBED = 3.0
@@ -123,12 +124,14 @@ def load_runs(paths, drop_disturbed: bool = True) -> list:
 
 
 def without_disturbed(rows) -> list:
-    """The rows no slower than DISTURBED times their group's median."""
+    """The rows no slower than DISTURBED times their group's median, and every row that
+    `bench.cost_data` re-timed (it carries "timings"): its seconds are the median of its
+    timings, so what is left slow repeated and is a slow configuration, not a disturbance."""
     by_group = {}
     for r in rows:
         by_group.setdefault(r["group"], []).append(r["seconds"])
     median = {g: float(np.median(times)) for g, times in by_group.items()}
-    return [r for r in rows if r["seconds"] <= DISTURBED * median[r["group"]]]
+    return [r for r in rows if "timings" in r or r["seconds"] <= DISTURBED * median[r["group"]]]
 
 
 def train(rows, rounds: int = 200, seed: int = 0):
