@@ -37,6 +37,8 @@ def compile_count() -> int:
 BOUNDS_CHECK = {"tirx.instrument_bound_checkers": True}
 
 _source_fingerprint = None
+#: beside each cached library: the sha256 of its bytes, checked before it is loaded
+DIGEST_SUFFIX = ".sha256"
 
 
 def source_fingerprint() -> str:
@@ -64,24 +66,54 @@ def _disk_path(mod, target, pass_config):
 
 
 def _disk_load(path):
+    """The cached library at `path`, or None (absent, or not the bytes that were stored).
+
+    The library is loaded only when its bytes match the sha256 written beside it at store
+    time, and from a private copy of exactly the bytes that were checked: a truncated or
+    edited entry (a killed writer, a full disk, another version) is rebuilt, never mapped
+    (loading a truncated .so kills the process with SIGBUS)."""
     if not os.path.exists(path):
         return None
     try:
-        return tvm.runtime.Executable(tvm.runtime.load_module(path))
+        with open(path, "rb") as f:
+            blob = f.read()
+        with open(path + DIGEST_SUFFIX, encoding="ascii") as f:
+            recorded = f.read().strip()
+    except OSError as err:
+        warnings.warn(f"compile cache: cannot read {path} or its digest ({err}); rebuilding", stacklevel=4)
+        return None
+    if hashlib.sha256(blob).hexdigest() != recorded:
+        warnings.warn(f"compile cache: {path} does not match its sha256 (damaged or incomplete); "
+                      "rebuilding", stacklevel=4)
+        return None
+    fd, private = tempfile.mkstemp(suffix=".so", prefix=".load-", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        return tvm.runtime.Executable(tvm.runtime.load_module(private))
     except Exception as err:  # noqa: BLE001 - a damaged entry is rebuilt, not fatal
         warnings.warn(f"compile cache: cannot load {path} ({err}); rebuilding", stacklevel=4)
         return None
+    finally:
+        os.remove(private)        # the loaded library stays mapped
 
 
 def _disk_store(executable, path):
-    """Atomic: written to a temporary file in the cache dir, then renamed into place."""
+    """Atomic: the library and then its sha256 are written to temporary files in the cache dir
+    and renamed into place (the digest last: an entry without one is never loaded)."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", prefix=".tmp-", dir=os.path.dirname(path))
         os.close(fd)
         try:
             executable.export_library(tmp)
+            with open(tmp, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
             os.replace(tmp, path)
+            fd, tmp = tempfile.mkstemp(suffix=".sha256", prefix=".tmp-", dir=os.path.dirname(path))
+            with os.fdopen(fd, "w", encoding="ascii") as f:
+                f.write(digest + "\n")
+            os.replace(tmp, path + DIGEST_SUFFIX)
         finally:
             if os.path.exists(tmp):
                 os.remove(tmp)

@@ -115,8 +115,9 @@ def test_disk_cache_second_process_compiles_nothing(tmp_path, monkeypatch):
     count = ct.compile_count()
     compiled = model.compile(schedule="auto")
     assert ct.compile_count() == count + 1
-    entries = os.listdir(cache)
-    assert len(entries) == 1 and entries[0].endswith(".so"), entries   # no temp files left behind
+    entries = sorted(os.listdir(cache))
+    assert len(entries) == 2 and entries[0].endswith(".so"), entries   # no temp files left behind
+    assert entries[1] == entries[0] + ".sha256"
     trees = random_trees(6, (1, 12), seed=2, vocab_size=23)
     np.save(tmp_path / "want.npy", compiled(trees))
     out = _run(f"""
@@ -128,6 +129,38 @@ def test_disk_cache_second_process_compiles_nothing(tmp_path, monkeypatch):
         print("compiles", ct.compile_count())
     """, env={"CORTEX_TVM_CACHE_DIR": str(cache)})
     assert "compiles 0" in out
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "no digest"])
+def test_a_damaged_disk_cache_entry_is_rebuilt_not_loaded(tmp_path, damage):
+    """A truncated library in the cache killed the next process with SIGBUS (issue 21): each
+    entry is checked against the sha256 stored beside it, in a fresh process."""
+    cache = tmp_path / "cache"
+    script = """
+        import warnings, numpy as np, cortex_tvm as ct
+        m = ct.models.TreeFC(hidden_size=8, vocab_size=23, seed=6)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            c = m.compile(schedule="auto")
+        trees = ct.data.random_trees(4, (1, 9), seed=3, vocab_size=23)
+        np.testing.assert_allclose(c(trees), m.reference(trees), atol=1e-4)
+        print("compiles", ct.compile_count())
+        print("warnings", [str(w.message) for w in caught if "compile cache" in str(w.message)])
+    """
+    assert "compiles 1" in _run(script, env={"CORTEX_TVM_CACHE_DIR": str(cache)})
+    (library,) = [p for p in cache.iterdir() if p.suffix == ".so"]
+    blob = library.read_bytes()
+    if damage == "truncate":
+        library.write_bytes(blob[: len(blob) // 2])
+    elif damage == "flip":
+        library.write_bytes(blob[:-64] + bytes(b ^ 0xFF for b in blob[-64:]))
+    else:
+        (cache / (library.name + ".sha256")).unlink()
+    out = _run(script, env={"CORTEX_TVM_CACHE_DIR": str(cache)})
+    assert "compiles 1" in out                      # rebuilt, and the numbers are right
+    want = "cannot read" if damage == "no digest" else "does not match its sha256"
+    assert want in out, out
+    assert "compiles 0" in _run(script, env={"CORTEX_TVM_CACHE_DIR": str(cache)})   # repaired
 
 
 def test_disk_cache_key_covers_source_target_and_pass_config(tmp_path, monkeypatch):
