@@ -6,6 +6,8 @@ the derived schedule (no measurement), else the recipe named by `schedule`.
 """
 from __future__ import annotations
 
+import json
+
 from . import recipes
 from .build import build_module, build_schedule, schedule_model
 from .padding import compiled_form
@@ -44,11 +46,20 @@ def cross_compile(model, target, path, schedule=None) -> str:
     The object holds the kernel (`cortex_main`, or the per-level functions) and the
     parameter transforms (`cortex_transform_params`, when the schedule packs or hoists);
     link it into a shared library with that machine's toolchain, run the transforms once
-    on the model's weights, then the kernel.  Returns `path`.
+    on the model's weights, then the kernel.  Beside it, `<path>.json` records what the
+    code expects that the object cannot say: the target, and how each weight is padded to
+    the kernel's sizes (`weight_padding`: [axis, block, size, padded size] per padded axis;
+    pad the user's weights with zeros the same way before the transforms).  Returns `path`.
     """
     tgt = make_target(target)
-    rs, _ = schedule_model(compiled_form(model, tgt), tgt, schedule)
+    kernel_model = compiled_form(model, tgt)
+    rs, _ = schedule_model(kernel_model, tgt, schedule)
     build_module(rs.finalize().module(), tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
+    padding = getattr(kernel_model, "weight_padding", None) or {}
+    with open(f"{path}.json", "w", encoding="utf-8") as f:
+        json.dump({"model": type(model).__name__, "target": str(tgt),
+                   "weight_padding": {name: [list(p) for p in pads] for name, pads in padding.items()},
+                   "functions": sorted(g.name_hint for g in rs.module().functions)}, f, indent=1)
     return str(path)
 
 

@@ -130,8 +130,11 @@ def check_cpu(recorded: dict, lib_path, host_features=None) -> None:
     """
     from tvm.target import codegen
 
-    if not isinstance(recorded, dict) or recorded.get("triple") is None:
-        return                                  # no CPU code recorded (nothing to check)
+    if not isinstance(recorded, dict) or not recorded.get("triple"):
+        # every export records the CPU its code was built for; without it nothing says whether
+        # this CPU can run the library, and running it anyway may die on an illegal instruction
+        raise ValueError(f"load: the export of {lib_path} records no CPU (triple, features) for its code; "
+                         "export the model again")
     here = codegen.llvm_get_system_triple()
     if _arch(recorded["triple"]) != _arch(here):
         raise ValueError(f"load: {lib_path} was compiled for {_arch(recorded['triple'])} "

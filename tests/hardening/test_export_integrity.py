@@ -144,6 +144,17 @@ def test_cpu_check_against_an_avx2_host():
     integrity.check_cpu(haswell, "lib.so", host_features=avx2_host - {"slow-3ops-lea"})
 
 
+@pytest.mark.parametrize("edit", [lambda m: m.pop("cpu"), lambda m: m["cpu"].update(triple=None)])
+def test_a_meta_without_cpu_facts_is_refused(exported, tmp_path, edit):
+    """Before, a meta with no `cpu` (or no triple) loaded with no check at all (issue 21)."""
+    path = _copy(exported[0], tmp_path / "copy")
+    _edit_meta(path, edit, reseal=True)
+    with pytest.raises(ValueError, match="records no CPU .* for its code; export the model again"):
+        ct.load(path)
+    with pytest.raises(ValueError, match="records no CPU"):
+        integrity.check_cpu({}, "lib.so")
+
+
 def test_library_for_another_architecture(exported, tmp_path):
     path = _copy(exported[0], tmp_path / "copy")
     _edit_meta(path, lambda m: m["cpu"].update(triple="aarch64-linux-gnu"), reseal=True)
