@@ -30,7 +30,9 @@ setup(
     ],
     extras_require={
         # notebooks are executed by the tests, so their kernel and plotting come with them
-        "test": ["pytest", "hypothesis", "nbclient", "nbformat", "ipykernel", "matplotlib"],
+        # torch pinned to the CPU build the machines hold on disk (an unpinned torch pulls a
+        # CUDA build of several GB): the interop, alias and PyTorch-reference tests run in CI
+        "test": ["pytest", "hypothesis", "nbclient", "nbformat", "ipykernel", "matplotlib", "torch==2.13.0"],
         "notebooks": ["jupyterlab", "matplotlib", "ipykernel"],
         "torch": ["torch==2.13.0"],
     },

@@ -50,7 +50,9 @@ def test_quick_rows(quick):
         assert math.isfinite(row["ms"]) and row["ms"] > 0
         assert row["wrong_batches"] == [] and row["max_abs_err"] < 1e-4
         assert len(row["per_batch_ms"]) == 3 and len(row["batch_abs_err"]) == 3
+    # a ratio is the system's time over ours, from the same run's rows
     assert rows["cortex_tvm"]["ratio"] == pytest.approx(1.0)
+    assert rows["numpy"]["ratio"] == pytest.approx(rows["numpy"]["ms"] / rows["cortex_tvm"]["ms"], rel=1e-6)
     for system in ("torch-eager", "torch-levels", "dgl"):
         row = rows[system]
         if "skipped" in row:

@@ -74,8 +74,9 @@ def test_fast_sigmoid_tanh_against_numpy(kernels):
     x64 = x.astype(np.float64)
     sig = _call(kernels["sigmoid"], x)
     tanh = _call(kernels["tanh"], x)
-    assert np.max(np.abs(sig - 1 / (1 + np.exp(-x64)))) < 1e-6
-    assert np.max(np.abs(tanh - np.tanh(x64))) < 1e-6
+    # the bound fast_math.py states (measured: 8.9e-8 and 1.8e-7)
+    assert np.max(np.abs(sig - 1 / (1 + np.exp(-x64)))) < 3e-7
+    assert np.max(np.abs(tanh - np.tanh(x64))) < 3e-7
     # far outside: saturated, finite
     big = np.array([-1e30, -200, -90, 90, 200, 1e30], np.float32)
     np.testing.assert_allclose(_call(kernels["sigmoid"], big), [0, 0, 0, 1, 1, 1], atol=1e-6)
@@ -86,7 +87,7 @@ def test_fast_exp_relative_error(kernels):
     x = np.linspace(-80, 80, 100001, dtype=np.float32)
     got = _call(kernels["exp"], x).astype(np.float64)
     want = np.exp(x.astype(np.float64))
-    assert np.max(np.abs(got - want) / want) < 1e-6
+    assert np.max(np.abs(got - want) / want) < 2 * 2.0 ** -23       # ~2 ulp, as stated (measured: 7.7e-8)
     np.testing.assert_array_equal(_call(kernels["exp"], np.zeros(4, np.float32)), np.ones(4, np.float32))
 
 

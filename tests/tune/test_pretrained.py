@@ -24,10 +24,14 @@ def test_a_model_ships_and_compile_uses_its_choice(fc32):
     chosen = pretrained.choose(derived, kernel_model, target)
     assert chosen.name == "derived"
     assert ct.tune.TuningPoint.of(**chosen.knob_values()) in pretrained.candidates(derived)
+    fresh = ct.models.TreeFC(hidden_size=24, vocab_size=37, seed=11)   # sizes no other test builds
     before = ct.compile_count()
-    compiled = fc32.compile()
-    assert ct.compile_count() - before <= 1            # one build: nothing was measured
+    compiled = fresh.compile()
+    assert ct.compile_count() - before == 1            # one build: nothing was measured
     assert compiled.recipe_name == "derived"
+    kernel_model = compiled_form(fresh, target)
+    assert [s["args"] for s in compiled.trace if s["primitive"] == "tile_gemm"][0]["node_tile"] == \
+        pretrained.choose(recipes.resolve(kernel_model, target, None), kernel_model, target).knob_values()["node_tile"]
 
 
 @pytest.mark.parametrize("name", ["SeqGRU", "DAGRNN", "ChildSumTreeLSTM"])

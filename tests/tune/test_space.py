@@ -1,4 +1,5 @@
 """The knob space: pruning by schedule application, sampling, TuningPoint as JSON."""
+import dataclasses
 import json
 
 import numpy as np
@@ -66,7 +67,7 @@ def test_tuning_point_json_round_trip():
     assert hash(TuningPoint.from_json(json.loads(json.dumps(p.to_json())))) == hash(p)
     with pytest.raises(ValueError):
         TuningPoint.from_json("[1, 2]")
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         p.knobs = ()                               # frozen
 
 
