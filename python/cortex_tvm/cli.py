@@ -61,7 +61,11 @@ def _show(args) -> int:
     def fresh():
         return RecSchedule(model.lower(specialize_leaves=False))
 
-    recipe = recipes.resolve(model, target, args.schedule)
+    try:
+        recipe = recipes.resolve(model, target, args.schedule)
+    except (ValueError, TypeError, OSError) as err:     # an unknown name, a missing or corrupt file
+        print(f"show: --schedule {args.schedule!r}: {err}", file=sys.stderr)
+        return 2
     if recipe.knobs:
         recipe = recipe.fitted(fresh)
     if recipe.apply_fn is not None:        # a derived (function) schedule: show the steps it took
@@ -97,10 +101,10 @@ def _add_tune_parser(subparsers) -> None:
     p.add_argument("--trials", type=int, default=32, help="trials in all (ones already in the log count)")
     p.add_argument("--log", default="tuning.jsonl", help="JSON-lines tuning log (appended to; resumed)")
     p.add_argument("--trees", default=None, help="a PTB-bracket file to time on (default: bundled SST sample)")
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--batch", type=int, default=10)
+    p.add_argument("--hidden", type=int, default=256, help="hidden size (default: %(default)s)")
+    p.add_argument("--batch", type=int, default=10, help="trees per timed batch (default: %(default)s)")
     p.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
-    p.add_argument("--target", default="llvm")
+    p.add_argument("--target", default="llvm", help="TVM target kind (default: %(default)s, this CPU)")
     p.add_argument("--mcpu", default=None, help="LLVM CPU to tune for (e.g. haswell: AVX2 code)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per batch (the best counts)")
     p.add_argument("--seed", type=int, default=0)
@@ -129,18 +133,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="cortex-tvm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="compile TreeLSTM and run it on the bundled SST trees next to numpy")
-    demo.add_argument("--hidden", type=int, default=256)
-    demo.add_argument("--batch", type=int, default=10)
+    demo.add_argument("--hidden", type=int, default=256, help="hidden size (default: %(default)s)")
+    demo.add_argument("--batch", type=int, default=10, help="trees per batch (default: %(default)s)")
     demo.add_argument("--max-batches", type=int, default=None, help="use only the first N batches")
-    demo.add_argument("--repeats", type=int, default=5)
+    demo.add_argument("--repeats", type=int, default=5, help="timed runs per batch, the best counts (default: %(default)s)")
     demo.add_argument("--trees", default=None, help="a PTB-bracket file instead of the bundled SST sample")
     demo.set_defaults(run=_demo)
     show = sub.add_parser("show", help="print the TIR after each primitive of a schedule recipe")
     show.add_argument("model", help="a zoo model: treelstm, treefc, treegru, childsum, mvrnn, dagrnn, seqlstm, seqgru")
-    show.add_argument("--hidden", type=int, default=64)
-    show.add_argument("--vocab", type=int, default=100)
+    show.add_argument("--hidden", type=int, default=64, help="hidden size (default: %(default)s)")
+    show.add_argument("--vocab", type=int, default=100, help="vocabulary size (default: %(default)s)")
     show.add_argument("--schedule", default=None, help="recipe name or .json path (default: the model's)")
-    show.add_argument("--target", default="llvm")
+    show.add_argument("--target", default="llvm", help="TVM target: llvm or cuda (default: %(default)s)")
     show.add_argument("--full", action="store_true", help="print the whole TIR after each step, not a diff")
     show.set_defaults(run=_show)
     add_bench_parser(sub)

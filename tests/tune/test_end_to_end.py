@@ -114,3 +114,18 @@ def test_every_batch_is_checked_not_only_the_first(fc32, trees):
     measurer._expected[2] = measurer._expected[2] + 0.01
     result = measurer.measure(Space(fc32), point)
     assert result.mean == float("inf") and result.error.startswith("wrong numbers on batch 2")
+
+
+def test_cli_show_names_a_bad_schedule_and_every_option_has_help(capsys):
+    from cortex_tvm import cli
+    assert cli.main(["show", "treefc", "--hidden", "16", "--schedule", "no_such_recipe"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("show: --schedule 'no_such_recipe': unknown schedule") and "Traceback" not in err
+    for command in ("demo", "show", "tune", "bench"):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        text = capsys.readouterr().out
+        for option in ("--hidden", "--target", "--batch", "--vocab"):
+            if option in text:
+                line = text[text.index(option):].split("\n  -")[0]
+                assert len(line.split()) > 2, f"{command} {option} has no help text: {line!r}"

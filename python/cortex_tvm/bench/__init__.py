@@ -29,13 +29,15 @@ def add_parser(subparsers):
         description=__doc__)
     p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=MODELS,
                    help="default: treelstm treefc (the ones with PyTorch/DGL baselines)")
-    p.add_argument("--hidden", nargs="+", type=int, default=[256])
-    p.add_argument("--batch", nargs="+", type=int, default=[1, 10, 64])
+    p.add_argument("--hidden", nargs="+", type=int, default=[256], help="hidden sizes (default: %(default)s)")
+    p.add_argument("--batch", nargs="+", type=int, default=[1, 10, 64],
+                   help="trees per batch, one case each (default: %(default)s)")
     p.add_argument("--batches", type=int, default=10, help="fixed batches per batch size, spread over the trees")
     p.add_argument("--repeats", type=int, default=10, help="timed runs per batch (the minimum counts)")
     p.add_argument("--rounds", type=int, default=2, help="each system's best round is reported")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads of every runtime")
-    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS,
+                   help="what to time (default: all; a missing one is reported as not installed)")
     p.add_argument("--torch-python", default=None,
                    help="a Python with torch (+dgl) for the torch systems (default: this one, if it has torch)")
     p.add_argument("--mcpu", default=None,
