@@ -54,12 +54,13 @@ def cross_compile(model, target, path, schedule=None) -> str:
     tgt = make_target(target)
     kernel_model = compiled_form(model, tgt)
     rs, _ = schedule_model(kernel_model, tgt, schedule)
-    build_module(rs.finalize().module(), tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
+    mod = rs.finalize().module()
+    build_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
     padding = getattr(kernel_model, "weight_padding", None) or {}
     with open(f"{path}.json", "w", encoding="utf-8") as f:
         json.dump({"model": type(model).__name__, "target": str(tgt),
                    "weight_padding": {name: [list(p) for p in pads] for name, pads in padding.items()},
-                   "functions": sorted(g.name_hint for g in rs.module().functions)}, f, indent=1)
+                   "functions": sorted(g.name_hint for g in mod.functions)}, f, indent=1)
     return str(path)
 
 

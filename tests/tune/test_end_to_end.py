@@ -56,6 +56,7 @@ def test_leaders_are_retimed_and_ranked_by_their_warm_median(fc32, trees, tmp_pa
     assert best == ranked
     text = progress.read_text()
     assert text.count("re-timing the 3 leading points") == 1 and "round 2/2, point 3/3" in text
+    assert "the default among them" not in text          # this narrowed space has no default point
     last = [line for line in text.splitlines() if line.startswith("tune: ")][-2]
     default = Space(fc32, knobs=KNOBS).default()      # not in this narrowed space: never measured
     assert default not in points and best != default

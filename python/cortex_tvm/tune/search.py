@@ -71,7 +71,7 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
         database.commit(record)
         done[point] = record
         if log is not None:
-            best = min((database.typical_seconds(workload, p) for p in done), default=math.inf)
+            best = min(map(typical, database.measurements(workload).values()), default=math.inf)
             this = "failed: " + result.error.splitlines()[0][:80] if result.error else f"{record.mean * 1e3:.3f} ms"
             print(f"tune: trial {len(done)}/{config.trials}  {this}  best {best * 1e3:.3f} ms  "
                   f"elapsed {time.perf_counter() - start:.0f} s  [{point}]", file=log, flush=True)
@@ -142,7 +142,8 @@ def confirm(space, measurer, database, workload, config, info, target_detail, lo
         if baseline not in points and space.contains(baseline) and space.is_valid(baseline):
             points.append(baseline)
     if log is not None:
-        print(f"tune: re-timing the {len(points)} leading points (the default among them) "
+        among = " (the default among them)" if space.default() in points else ""
+        print(f"tune: re-timing the {len(points)} leading points{among} "
               f"{config.confirm_rounds} more times; each ranks by the median of its warm timings",
               file=log, flush=True)
     for round_index in range(config.confirm_rounds):
