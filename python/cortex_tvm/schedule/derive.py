@@ -20,8 +20,8 @@ register is and how many there are.  From that:
   multiply-adds per node (the knob parallel_columns=False keeps every stage
   on one core); with `persistent_threads`,
   the level loop is one parallel region (a barrier per stage instead of a
-  fork and join; off by default: on the CPUs measured it is within noise,
-  docs/benchmarks.md).
+  fork and join; off by default: on the 2-core Zen 3 measured it ranged from
+  7% slower to 10% faster by model and size, docs/benchmarks.md).
 
 `derive(rs, info, **knobs)` applies it; `knob_space(program_facts, info)`
 lists the knobs' candidates with the analytic default first.

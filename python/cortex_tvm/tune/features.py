@@ -65,7 +65,7 @@ class ProgramFacts:
     """What a derived schedule's cost depends on, read off the program and the CPU once per space:
     the GEMM blocks (middle accumulators, output columns, reduction length, leaf or not) and the
     CPU's vector lanes, registers and cores.  Features built from these transfer between models,
-    sizes and CPUs; raw knob values do not."""
+    sizes and CPUs better than raw knob values do (derived_vector still has a few of those)."""
 
     gemms: tuple               # ((middle, columns, reduction, is_leaf), ...)
     lanes: int

@@ -1,7 +1,9 @@
 """The shipped cost model: one XGBoost ranker trained on many (model, size, batch, CPU) points.
 
-Its features come from the program and the CPU (`features.derived_vector`), not from knob
-values, so it ranks configurations of models, sizes and CPUs it was not trained on.
+Its features (`features.derived_vector`) come mostly from the program and the CPU (register
+tiles, padding waste, FLOPs, sizes), with a few knob values as they are (node tile, k-unroll,
+unroll depth, hoisting, parallel columns, persistent threads), so that it can rank
+configurations of models, sizes and CPUs it was not trained on.
 `compile()` without a tuning log uses it to pick the derived schedule's knobs from a small
 candidate set, with no measurement; the tuner starts its search from it.
 
