@@ -22,3 +22,10 @@ def test_bad_knobs_are_named():
     assert knob_ab.parse_knob("node_tile=2") == ("node_tile", 2)
     with pytest.raises(SystemExit, match="no knob 'colour'"):
         knob_ab.main(["--models", "treefc", "--hidden", "16", "--knob", "colour=1"])
+
+
+def test_the_line_names_the_size_that_ran(capsys):
+    """MV-RNN runs at most at H=64 in the bench: asked for 150, the line must say 64."""
+    assert knob_ab.main(["--models", "mvrnn", "--hidden", "150", "--batch", "2", "--batches", "1",
+                         "--repeats", "1", "--rounds", "1", "--knob", "persistent_threads=true"]) == 0
+    assert capsys.readouterr().out.startswith("mvrnn H=64 batch=2: default ")

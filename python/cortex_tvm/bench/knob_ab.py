@@ -49,7 +49,8 @@ def builds(name, hidden, knob, target):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cortex_tvm.bench.knob_ab", description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=["treelstm"], choices=sorted(MODEL_CLASSES))
-    parser.add_argument("--hidden", nargs="+", type=int, default=[256])
+    parser.add_argument("--hidden", nargs="+", type=int, default=[256],
+                        help="hidden sizes (MV-RNN runs at most at 64, as in the bench; the line says the size run)")
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 10])
     parser.add_argument("--knob", type=parse_knob, required=True, help="name=value, e.g. persistent_threads=true")
     parser.add_argument("--batches", type=int, default=10)
@@ -66,14 +67,15 @@ def main(argv=None) -> int:
                 for label, c in compiled.items():
                     err = max(float(np.abs(c(b) - w).max()) for b, w in zip(batches, want))
                     if err > 1e-3:
-                        print(f"knob_ab: {label} is wrong on {name} H={hidden} (max |err| {err:.3g})", file=sys.stderr)
+                        print(f"knob_ab: {label} is wrong on {name} H={model.hidden_size} (max |err| {err:.3g})",
+                              file=sys.stderr)
                         return 1
                 best = {label: np.inf for label in compiled}
                 for _ in range(args.rounds):
                     for label, c in compiled.items():
                         best[label] = min(best[label], float(np.mean([best_of(c, b, args.repeats) for b in batches])))
                 base, other = best.values()
-                print(f"{name} H={hidden} batch={batch_size}: " + ", ".join(
+                print(f"{name} H={model.hidden_size} batch={batch_size}: " + ", ".join(
                       f"{label} {seconds * 1e3:.3f} ms" for label, seconds in best.items())
                       + f"  (default / knob: {base / other:.3f})", flush=True)
     return 0
