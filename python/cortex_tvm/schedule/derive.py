@@ -17,7 +17,7 @@ register is and how many there are.  From that:
 - leaves are hoisted into per-word tables when the leaf case reads only the
   word; column tiles run in parallel across cores, and so do the nodes of a
   stage that is not a weight GEMM when it does at least PARALLEL_NODE_WORK
-  multiply-adds per node (the knob parallel_columns=False keeps every stage
+  iterations per node (the knob parallel_columns=False keeps every stage
   on one core); with `persistent_threads`,
   the level loop is one parallel region (a barrier per stage instead of a
   fork and join; off by default: on the 2-core Zen 3 measured it ranged from
@@ -36,9 +36,10 @@ import tvm_ffi
 from .core import ScheduleError
 
 _SPATIAL, REDUCE = 0, 2
-#: multiply-adds per node from which a stage that is not a weight GEMM runs its nodes across
-#: cores (parallel_nodes): a 64 x 64 matrix-vector product; a child sum or an elementwise step
-#: is far below it and would pay a fork and join per level for nothing
+#: iterations per node (`work_per_node`; multiply-adds for a reduction) from which a stage that
+#: is not a weight GEMM runs its nodes across cores (parallel_nodes): a 64 x 64 matrix-vector
+#: product.  A child sum or an elementwise step of the zoo's usual sizes is far below it (a
+#: fork and join per level would buy nothing); an 8-child sum at H=512 reaches it
 PARALLEL_NODE_WORK = 4096
 #: LowerTVMBuiltin keeps a local buffer on the stack (so LLVM can promote it to registers)
 #: only below this size; a larger register tile becomes a heap workspace and runs 3x slower

@@ -62,7 +62,7 @@ class KernelPrimitives:
         thread, so their outer loop, whose iterations are independent, becomes
         parallel too; scratchpads that several stages of a level share move
         out of the region (one copy, not one per thread).  Measured on a
-        2-core Zen 3: a fork and join costs 1.4 us, a barrier 0.5 us.
+        2-core Zen 3: a fork and join costs 1.2-1.4 us, a barrier 0.5-0.6 us.
 
         Requires: a single kernel on a CPU (not per_level_kernels, not a GPU
         binding), and every stage of a level a loop whose iterations are
@@ -81,21 +81,21 @@ class KernelPrimitives:
 
         Examples
         --------
-        Before (TreeFC after ``parallel_columns("W")``)::
+        Before (TreeFC H=64 after ``parallel_columns("W")``, n = the level's nodes)::
 
             for v in range(num_levels_plus_1 - 2):
                 with T.sblock("level"):
-                    child_sum = T.sblock_alloc_buffer((T.max(max_level_size, 16), 64))
-                    for j in range(n): ...                        # child_sum, serial
-                    for i_0 in T.parallel(4): ...                 # the GEMM tiles: a fork and a join
+                    child_sum = T.sblock_alloc_buffer((num_slots, 64))
+                    for i0 in range(n): ...                       # child_sum, serial
+                    for i1_0_m in T.parallel(4): ...              # the GEMM tiles: a fork and a join
 
         ``rs.persistent_threads()``; after::
 
-            child_sum = T.sblock_alloc_buffer((T.max(max_level_size, 16), 64))   # in the root block
+            child_sum = T.sblock_alloc_buffer((num_slots, 64))   # in the root block
             for v in T.serial(num_levels_plus_1 - 2, annotations={"pragma_parallel_launch_point": 1}):
                 with T.sblock("level"):
-                    for j in T.parallel(n, annotations={"pragma_parallel_barrier_when_finish": 1}): ...
-                    for i_0 in T.parallel(4, annotations={"pragma_parallel_barrier_when_finish": 1}): ...
+                    for i0 in T.parallel(n, annotations={"pragma_parallel_barrier_when_finish": 1}): ...
+                    for i1_0_m in T.parallel(4, annotations={"pragma_parallel_barrier_when_finish": 1}): ...
         """
         if self.plan.per_level:
             raise ScheduleError("persistent_threads: not with per_level_kernels() (each level is its own call)")
