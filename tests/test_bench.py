@@ -109,3 +109,28 @@ def test_zoo_models_run_in_the_bench(tmp_path):
             assert math.isfinite(mine[system]["ms"]) and mine[system]["wrong_batches"] == []
             assert mine[system]["max_abs_err"] < 1e-4
         assert "baseline" in mine["torch-levels"]["skipped"] or "not installed" in mine["torch-levels"]["skipped"]
+
+
+def test_precision_bf16_adds_the_bf16_rows(tmp_path):
+    """`--precision bf16`: ours and PyTorch by height (autocast) in bf16 beside the fp32 rows,
+    checked at the bf16 tolerance, with the ratio against our bf16 row."""
+    out = tmp_path / "bf16.json"
+    cmd = [sys.executable, "-m", "cortex_tvm.cli", "bench", "--models", "treelstm", "--hidden", "32",
+           "--batch", "4", "--batches", "2", "--repeats", "1", "--rounds", "1", "--threads", "2",
+           "--systems", "cortex_tvm", "torch-levels", "--precision", "bf16", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["system"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"cortex_tvm", "cortex_tvm-bf16", "torch-levels", "torch-levels-bf16"}
+    ours = rows["cortex_tvm-bf16"]
+    assert math.isfinite(ours["ms"]) and ours["wrong_batches"] == []
+    # bf16 weights move the roots (so it is not the fp32 build) by less than the bf16 tolerance
+    assert rows["cortex_tvm"]["max_abs_err"] < 1e-5 < ours["max_abs_err"] < 1e-2
+    assert ours["ratio_bf16"] == pytest.approx(1.0)
+    assert rows["cortex_tvm"]["ratio_bf16"] == pytest.approx(rows["cortex_tvm"]["ms"] / ours["ms"], rel=1e-6)
+    torch_bf16 = rows["torch-levels-bf16"]
+    if "skipped" in torch_bf16:
+        assert "not installed" in torch_bf16["skipped"]
+    else:
+        assert torch_bf16["wrong_batches"] == [] and 1e-5 < torch_bf16["max_abs_err"] < 1e-2
+    assert "vs bf16" in proc.stdout and "tolerance 0.01" in proc.stdout

@@ -140,3 +140,16 @@ def test_torch_workers_roots_of_every_batch_match_the_reference(name, tmp_path):
         got = check_roots(np.load(roots), ref)
         assert got["wrong_batches"] == [] and len(got["batch_abs_err"]) == 4, (system, got)
         assert got["max_abs_err"] < 1e-5, (system, got)
+
+
+def test_bf16_systems_get_the_bf16_tolerance():
+    from cortex_tvm.bench.check import BF16_TOLERANCE, tolerance_of
+    assert tolerance_of("cortex_tvm") == tolerance_of("torch-levels") == TOLERANCE
+    assert tolerance_of("cortex_tvm-bf16") == tolerance_of("torch-levels-bf16") == BF16_TOLERANCE == 1e-2
+    ref = _ref()
+    out = ref.astype(np.float32)
+    out[1, 0, 0] += 5 * TOLERANCE                   # a bf16-sized error: wrong at fp32, fine at bf16
+    assert check_roots(out, ref)["wrong_batches"] == [1]
+    assert check_roots(out, ref, BF16_TOLERANCE)["wrong_batches"] == []
+    out[3, 0, 0] += 5 * BF16_TOLERANCE              # a wrong result is wrong at either
+    assert check_roots(out, ref, BF16_TOLERANCE)["wrong_batches"] == [3]

@@ -108,6 +108,8 @@ def _add_tune_parser(subparsers) -> None:
     p.add_argument("--mcpu", default=None, help="LLVM CPU to tune for (e.g. haswell: AVX2 code)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per batch (the best counts)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="tune the bf16 build (compile(precision='bf16')); records are keyed by it")
     p.set_defaults(run=_tune)
 
 
@@ -120,12 +122,14 @@ def _tune(args) -> int:
     model = _make_model(args.model, args.hidden, len(vocab))
     target = {"kind": "llvm", "mcpu": args.mcpu} if args.mcpu else args.target
     best = tune(model, trials=args.trials, log=args.log, trees=trees, batch_size=args.batch,
-                target=target, seconds=args.seconds, seed=args.seed, repeats=args.repeats)
+                target=target, seconds=args.seconds, seed=args.seed, repeats=args.repeats,
+                precision=args.precision)
     if best is None:
         print("tune: every trial failed; see the errors in the log")
         return 1
     print(f"best: {best}")
-    print(f"use it: model.compile(tuning_log={args.log!r})")
+    extra = "" if args.precision == "fp32" else f", precision={args.precision!r}"
+    print(f"use it: model.compile(tuning_log={args.log!r}{extra})")
     return 0
 
 

@@ -11,36 +11,42 @@ import json
 from . import recipes
 from .build import build_module, build_schedule, schedule_model
 from .padding import compiled_form
+from .recipes import check_precision, with_precision
 from .target import make_target
 from .tune.apply import resolve_recipe
 from .tune.pretrained import choose
 
 
 def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_check=False,
-                  max_unroll_depth=None):
+                  max_unroll_depth=None, precision="fp32"):
     """model -> lowered -> scheduled -> built -> CompiledModel.
 
     max_unroll_depth: levels per step of the level loop (`unroll_levels`); None lets the
     tuning log or the cost model choose.
+
+    precision: "fp32", or "bf16": the packed GEMM weights are stored as bfloat16 and widened
+    to float32 in registers (`RecSchedule.store_bf16`); states and accumulation stay float32.
 
     bounds_check=True builds with TVM's `tirx.instrument_bound_checkers` and makes `run()`
     validate every index array first (see build.BOUNDS_CHECK): hand-made arrays raise ValueError."""
     if not isinstance(bounds_check, bool):
         raise TypeError(f"bounds_check must be a bool, got {type(bounds_check).__name__}")
     tgt = make_target(target)
+    check_precision(precision, tgt)
     if tuning_log is not None:
-        schedule = resolve_recipe(model, tuning_log, tgt, schedule)
+        schedule = resolve_recipe(model, tuning_log, tgt, schedule, precision)
     kernel_model = compiled_form(model, tgt)
     if schedule is None and tgt.kind.name == "llvm":
         # the shipped cost model ranks a few configurations of the derived schedule, unmeasured
         schedule = choose(recipes.resolve(kernel_model, tgt, None), kernel_model, tgt)
     schedule = with_unroll_depth(kernel_model, tgt, schedule, max_unroll_depth)
+    schedule = with_precision(recipes.resolve(kernel_model, tgt, schedule), precision)
     rs, recipe = schedule_model(kernel_model, tgt, schedule)
     return build_schedule(kernel_model, rs, tgt, recipe, bounds_check,
                           state_shapes=[s.shape for s in model.program.states])
 
 
-def cross_compile(model, target, path, schedule=None) -> str:
+def cross_compile(model, target, path, schedule=None, precision="fp32") -> str:
     """Compile `model` for another machine and write the code as an object file at `path`.
 
     The object holds the kernel (`cortex_main`, or the per-level functions) and the
@@ -52,13 +58,15 @@ def cross_compile(model, target, path, schedule=None) -> str:
     pad the user's weights with zeros the same way before the transforms).  Returns `path`.
     """
     tgt = make_target(target)
+    check_precision(precision, tgt)
     kernel_model = compiled_form(model, tgt)
-    rs, _ = schedule_model(kernel_model, tgt, schedule)
+    rs, _ = schedule_model(kernel_model, tgt, with_precision(recipes.resolve(kernel_model, tgt, schedule), precision))
     mod = rs.finalize().module()
     build_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
     padding = getattr(kernel_model, "weight_padding", None) or {}
     with open(f"{path}.json", "w", encoding="utf-8") as f:
-        json.dump({"model": type(model).__name__, "target": str(tgt),
+        json.dump({"model": type(model).__name__, "target": str(tgt), "precision": precision,
+                   "bf16_weights": list(rs.plan.bf16_weights),
                    "weight_padding": {name: [list(p) for p in pads] for name, pads in padding.items()},
                    "functions": sorted(g.name_hint for g in mod.functions)}, f, indent=1)
     return str(path)

@@ -87,6 +87,54 @@ def pack_buffer(func, name: str, index_fn, packed_name: str):
     return _map_loads_and_regions(func, buffer, new_buffer, index_fn)
 
 
+#: how a bfloat16 weight is stored: its 16 bits in a uint16 array (numpy has no bfloat16,
+#: and TVM's own bf16 legalization is not needed to move bits)
+BF16_STORAGE = "uint16"
+
+
+def bf16_encode(value):
+    """float32 expression -> its bfloat16 bits (uint16), rounded to nearest, ties to even."""
+    bits = tirx.reinterpret("uint32", value)
+    lsb = (bits >> tirx.const(16, "uint32")) & tirx.const(1, "uint32")
+    rounded = bits + tirx.const(0x7FFF, "uint32") + lsb
+    return tirx.Cast(BF16_STORAGE, rounded >> tirx.const(16, "uint32"))
+
+
+def bf16_decode(bits):
+    """bfloat16 bits (uint16 expression) -> float32: the bits become the float's upper half."""
+    return tirx.reinterpret("float32", tirx.Cast("uint32", bits) << tirx.const(16, "uint32"))
+
+
+def store_bf16(func, name: str):
+    """Parameter `name` (float32) becomes a uint16 array of bfloat16 bits of the same shape:
+    loads decode to float32 where they are read, stores (a parameter transform writing the
+    array) encode, rounding to nearest even."""
+    buffer = _param(func, name)
+    if buffer.dtype != "float32":
+        raise ValueError(f"{name!r} is {buffer.dtype}, not float32")
+    new_buffer = tirx.decl_buffer(buffer.shape, BF16_STORAGE, name=name, data_alignment=2)
+
+    def on_load(ld):
+        if ld.source.same_as(buffer):
+            return bf16_decode(tirx.BufferLoad(new_buffer, list(ld.indices)))
+        return ld
+
+    def on_region(r):
+        if r.source.same_as(buffer):
+            return tirx.BufferRegion(new_buffer, list(r.region))
+        return r
+
+    def on_store(st):
+        if st.buffer.same_as(buffer):
+            return tirx.BufferStore(new_buffer, bf16_encode(st.value), list(st.indices))
+        return st
+
+    func = tvm_ffi.structural_map(func, [(tvm.ir.TensorLoad, on_load), (tvm.ir.TensorRegion, on_region),
+                                         (tirx.BufferStore, on_store)], order="post")
+    return tvm_ffi.structural_map(func, (tvm.ir.Var, lambda v: new_buffer if v.same_as(buffer) else v),
+                                  order="post")
+
+
 def pack_block(weight: str) -> str:
     """The name of the block that writes `weight`'s packed copy in the transform function."""
     return f"pack_{weight}"

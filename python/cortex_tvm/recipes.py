@@ -36,6 +36,8 @@ class Recipe:
     knobs: dict = field(default_factory=dict, compare=False)
     #: knob values chosen for this instance (see `with_knobs`)
     chosen: dict = field(default_factory=dict, compare=False)
+    #: the precision `with_precision` made this recipe for
+    precision: str = "fp32"
 
     def with_knobs(self, **values) -> "Recipe":
         unknown = set(values) - set(self.knobs)
@@ -105,6 +107,41 @@ class Recipe:
             if name is not None:
                 recipe = recipe.with_knobs(**{name: candidates[0]})
         raise ScheduleError(f"recipe {self.name!r} does not fit this model: " + "; ".join(errors[:3]))
+
+
+#: compile(precision=...): "fp32" (the default) or "bf16" (packed weights stored as bfloat16)
+PRECISIONS = ("fp32", "bf16")
+#: how far a build's roots may be from the float64 reference, by precision: float32 roots
+#: differ by ~1e-7-1e-6, bf16 weights (8 bits of mantissa) move them by up to a few 1e-3
+ROOT_TOLERANCE = {"fp32": 1e-3, "bf16": 1e-2}
+
+
+def check_precision(precision, target) -> str:
+    """`precision` if it is one this target builds; ValueError naming the choices otherwise."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision != "fp32" and target.kind.name != "llvm":
+        raise ValueError(f"precision={precision!r} is built for CPU targets (llvm) only, not "
+                         f"{target.kind.name!r}")
+    return precision
+
+
+def with_precision(recipe: Recipe, precision: str) -> Recipe:
+    """`recipe` followed by `store_bf16()` for precision "bf16" (unchanged for "fp32"; a recipe
+    that stores bf16 already is left as it is)."""
+    if precision == recipe.precision or any(step.get("primitive") == "store_bf16" for step in recipe.steps):
+        return recipe
+    if recipe.precision != "fp32":
+        raise ValueError(f"recipe {recipe.name!r} is made for precision {recipe.precision!r}, not {precision!r}")
+    if recipe.apply_fn is not None:
+        inner = recipe.apply_fn
+
+        def then_bf16(rs, **knobs):
+            rs = (inner(rs, **knobs) if knobs else inner(rs)) or rs
+            return rs.store_bf16()
+        return replace(recipe, apply_fn=then_bf16, precision=precision)
+    return replace(recipe, steps=tuple(recipe.steps) + ({"primitive": "store_bf16", "args": {}},),
+                   precision=precision)
 
 
 def _kind(value) -> str:

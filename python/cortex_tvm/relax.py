@@ -39,6 +39,7 @@ import tvm
 from tvm import relax, tirx
 
 from . import build as _build
+from . import recipes as _recipes
 from .padding import compiled_form
 from .runtime import kernel_weights, model_weight_arrays
 
@@ -58,10 +59,12 @@ def _with_shape_param(func: tirx.PrimFunc, scalar_name: str) -> tirx.PrimFunc:
 class RecursiveCall:
     """The scheduled recursive kernel of `model` as a Relax call with dynamic sizes."""
 
-    def __init__(self, model, target="llvm", schedule=None):
+    def __init__(self, model, target="llvm", schedule=None, precision="fp32"):
         tgt = _build.make_target(target)
+        _recipes.check_precision(precision, tgt)
         # the sizes padded to the vector width as compile() pads them; the roots are sliced back
         kernel_model = compiled_form(model, tgt)
+        schedule = _recipes.with_precision(_recipes.resolve(kernel_model, tgt, schedule), precision)
         rs, recipe = _build.schedule_model(kernel_model, tgt, schedule)
         if rs.plan.per_level:
             raise ValueError(f"as_relax: recipe {recipe.name!r} uses per-level kernels; Relax embedding "
@@ -140,9 +143,10 @@ class RecursiveCall:
         return args + [tvm.runtime.ShapeTuple([max_level_size])]
 
 
-def as_relax(model, target="llvm", schedule=None):
-    """(mod, make_inputs): a Relax IRModule whose `main` returns the root states of a batch."""
-    call = RecursiveCall(model, target, schedule)
+def as_relax(model, target="llvm", schedule=None, precision="fp32"):
+    """(mod, make_inputs): a Relax IRModule whose `main` returns the root states of a batch.
+    precision: as `Model.compile` ("bf16" stores the packed weights as bfloat16)."""
+    call = RecursiveCall(model, target, schedule, precision)
     bb = relax.BlockBuilder()
     with bb.function("main", call.params):
         with bb.dataflow():

@@ -105,6 +105,11 @@ class CompiledModel:
         self._workspace = _Workspace()
         self._functions = [executable[n] for n in kernel_names(plan)]
 
+    @property
+    def precision(self) -> str:
+        """"bf16" when the kernel reads weights stored as bfloat16 (`plan.bf16_weights`), else "fp32"."""
+        return "bf16" if self.plan.bf16_weights else "fp32"
+
     def linearize(self, trees) -> _linearize.Linearized:
         """Validate and lay out a batch the way this kernel expects (padding, batching)."""
         return self.signature.layout(trees, self.plan.node_tile, self.plan.dynamic_batching, self._vocab_bound)

@@ -130,3 +130,26 @@ def test_cli_show_names_a_bad_schedule_and_every_option_has_help(capsys):
             if option in text:
                 line = text[text.index(option):].split("\n  -")[0]
                 assert len(line.split()) > 2, f"{command} {option} has no help text: {line!r}"
+
+
+def test_bf16_records_serve_bf16_builds_only(fc32, trees, tmp_path):
+    """A bf16 tune measures bf16 builds and keys its records by precision: compile(precision="bf16")
+    takes them exactly, an fp32 compile finds nothing for itself in that log."""
+    log = tmp_path / "bf16.jsonl"
+    space = Space(fc32, "llvm", knobs=KNOBS, precision="bf16")
+    from cortex_tvm.schedule import RecSchedule
+    rs = space.recipe_for(next(space.points())).apply(RecSchedule(space.kernel_model.lower(specialize_leaves=False)))
+    assert rs.trace[-1].primitive == "store_bf16" and rs.plan.bf16_weights == ("W",)
+    tune.tune(fc32, trials=2, log=log, trees=trees, batch_size=10, repeats=1, max_batches=2, knobs=KNOBS,
+              confirm_rounds=0, progress=None, precision="bf16")
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 2 and all(r["workload"]["precision"] == "bf16" and r["error"] is None for r in records)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")            # the exact record: no warning
+        compiled = fc32.compile(tuning_log=str(log), precision="bf16")
+    assert compiled.precision == "bf16" and compiled.plan.bf16_weights == ("W",)
+    batch = trees[:10]
+    assert 0 < float(np.abs(compiled(batch) - fc32.reference(batch)).max()) < 1e-2
+    with pytest.warns(UserWarning, match="no record|measured on"):
+        fp32 = fc32.compile(tuning_log=str(log))
+    assert fp32.precision == "fp32"

@@ -16,7 +16,10 @@ import os
 MODELS = ("treelstm", "treefc", "treegru", "childsum", "mvrnn", "dagrnn", "seqlstm", "seqgru")
 DEFAULT_MODELS = ("treelstm", "treefc")
 SYSTEMS = ("cortex_tvm", "numpy", "torch-eager", "torch-levels", "dgl")
-TORCH_SYSTEMS = ("torch-eager", "torch-levels", "dgl")
+TORCH_SYSTEMS = ("torch-eager", "torch-levels", "dgl", "torch-levels-bf16")
+#: `--precision bf16` adds, beside each of these systems, the same one in bfloat16: ours with
+#: compile(precision="bf16"), PyTorch by height under torch.autocast("cpu", dtype=torch.bfloat16)
+BF16_SYSTEMS = {"cortex_tvm": "cortex_tvm-bf16", "torch-levels": "torch-levels-bf16"}
 
 
 from . import run  # noqa: E402 - after the names run.py imports from this package
@@ -38,6 +41,9 @@ def add_parser(subparsers):
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads of every runtime")
     p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS,
                    help="what to time (default: all; a missing one is reported as not installed)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: also time cortex_tvm and torch-levels with bfloat16 weights (rows "
+                        "cortex_tvm-bf16, torch-levels-bf16, checked at a 1e-2 tolerance)")
     p.add_argument("--torch-python", default=None,
                    help="a Python with torch (+dgl) for the torch systems (default: this one, if it has torch)")
     p.add_argument("--mcpu", default=None,

@@ -21,16 +21,25 @@ import math
 
 import numpy as np
 
+from ..recipes import ROOT_TOLERANCE
+
 #: the tolerance's scale: float32 roots vs float64 ones (see the module doc)
-TOLERANCE = 1e-3
+TOLERANCE = ROOT_TOLERANCE["fp32"]
+#: systems with bfloat16 weights (8 bits of mantissa: each weight off by up to 2**-9 of itself)
+#: against the float64 reference of the float32 weights
+BF16_TOLERANCE = ROOT_TOLERANCE["bf16"]
 
 
-def batch_tolerance(ref_batch) -> float:
+def tolerance_of(system: str) -> float:
+    return BF16_TOLERANCE if system.endswith("-bf16") else TOLERANCE
+
+
+def batch_tolerance(ref_batch, tolerance: float = TOLERANCE) -> float:
     """The largest max |error| batch `ref_batch` accepts (see the module doc)."""
-    return TOLERANCE * max(1.0, float(np.max(np.abs(ref_batch))))
+    return tolerance * max(1.0, float(np.max(np.abs(ref_batch))))
 
 
-def check_roots(out, ref) -> dict:
+def check_roots(out, ref, tolerance: float = TOLERANCE) -> dict:
     """Each batch's max |out - ref| against its tolerance.
 
     out: a worker's roots, (batches, B, *state) (None when it wrote none); ref: the float64
@@ -38,7 +47,7 @@ def check_roots(out, ref) -> dict:
     Returns {"batch_abs_err": [...], "batch_tol": [...], "wrong_batches": [batch indices],
     "max_abs_err": float}, plain values for the JSON record.
     """
-    tol = [batch_tolerance(r) for r in ref]
+    tol = [batch_tolerance(r, tolerance) for r in ref]
     if out is None or np.shape(out) != np.shape(ref):
         err = [math.inf] * len(ref)
     else:

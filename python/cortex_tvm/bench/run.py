@@ -29,9 +29,9 @@ import tvm
 from .. import data
 from ..models import reference64
 from ..version import __version__
-from . import TORCH_SYSTEMS
+from . import BF16_SYSTEMS, TORCH_SYSTEMS
 from .cases import MODEL_CLASSES, TORCH_MODELS, hidden_for, make_model, structures
-from .check import TOLERANCE, check_roots, wrong_lines
+from .check import BF16_TOLERANCE, TOLERANCE, check_roots, tolerance_of, wrong_lines
 from .common import batch_starts, cpu_model, thread_env
 
 TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_worker.py")
@@ -140,7 +140,8 @@ def _meta(args, torch_python, probe, skipped):
         "metric": "mean over batches of the per-batch minimum over repeats (after warm-up), best round; "
                   "each system in its own process",
         "check": f"every batch's roots vs the float64 per-node reference (models.reference64): "
-                 f"max|err| <= {TOLERANCE} * max(1, max|ref|) per batch, every round",
+                 f"max|err| <= {TOLERANCE} * max(1, max|ref|) per batch ({BF16_TOLERANCE} for the -bf16 "
+                 f"systems), every round",
         "args": {k: v for k, v in vars(args).items() if k != "run"},
     }
 
@@ -149,6 +150,8 @@ def bench(args) -> int:
     _apply_quick(args)
     out_path = args.out or f"bench-{datetime.datetime.now():%Y%m%d-%H%M%S}.json"
     systems = list(dict.fromkeys(args.systems))
+    if getattr(args, "precision", "fp32") == "bf16":
+        systems = [s for system in systems for s in (system, BF16_SYSTEMS.get(system)) if s]
     env = thread_env(args.threads)
     started = time.time()
 
@@ -182,7 +185,7 @@ def bench(args) -> int:
                                   "flops": flops, "nodes": nodes, "ref": ref})
 
         def launch(system, case, rnd):
-            if system in ("cortex_tvm", "numpy", "sgemm"):
+            if system in ("cortex_tvm", "cortex_tvm-bf16", "numpy", "sgemm"):
                 cmd = [sys.executable, "-m", "cortex_tvm.bench.worker", system]
             else:
                 cmd = [torch_python, TORCH_WORKER, system]
@@ -192,7 +195,7 @@ def bench(args) -> int:
             if case is not None:
                 cmd += [case["path"], "--roots", roots]
             cmd += ["--repeats", str(args.repeats), "--threads", str(args.threads)]
-            if system == "cortex_tvm" and getattr(args, "mcpu", None):
+            if system.startswith("cortex_tvm") and getattr(args, "mcpu", None):
                 cmd += ["--mcpu", args.mcpu]
             t0 = time.perf_counter()
             result, err = _worker_json(cmd, env, args.timeout)
@@ -211,7 +214,7 @@ def bench(args) -> int:
             if system == "sgemm":
                 what = f"{row['gflops']:.1f} GFLOP/s"
             else:
-                row.update(check_roots(_load_roots(roots), case["ref"]))
+                row.update(check_roots(_load_roots(roots), case["ref"], tolerance_of(system)))
                 wrong = f"  WRONG in batches {row['wrong_batches']}" if row["wrong_batches"] else ""
                 what = f"{row['ms']:.3f} ms  (max|err| {row['max_abs_err']:.1e}){wrong}"
             print(f"  round {rnd + 1} {system:12s} {where} {what}", flush=True)
@@ -295,10 +298,12 @@ def summarize(cases, runs, systems, skipped):
                        wrong_batches=sorted({k for r in got for k in r["wrong_batches"]}),
                        mean_nodes=case["nodes"], mflop=flops / 1e6, gflops=flops / (b["ms"] * 1e-3) / 1e9)
             rows.append(row)
-        ours = best.get("cortex_tvm")
+        ours, ours_bf16 = best.get("cortex_tvm"), best.get("cortex_tvm-bf16")
         for row in rows[-len(systems):]:
             if ours is not None and "ms" in row:
                 row["ratio"] = row["ms"] / ours["ms"]
+            if ours_bf16 is not None and "ms" in row:
+                row["ratio_bf16"] = row["ms"] / ours_bf16["ms"]
         if ours is not None and sgemm_gflops:
             flops = ours.get("runtime_flops", case["flops"])
             case["cortex_tvm_runtime_mflop"] = flops / 1e6
@@ -310,21 +315,26 @@ def print_tables(rows, cases, systems, sgemm_gflops, args):
     sg = f"{sgemm_gflops:.1f} GFLOP/s" if sgemm_gflops else "failed"
     print(f"\nsgemm (numpy float32 1024^3, {args.threads} threads): {sg}")
     print(f"metric: mean over {args.batches} batches of the best of {args.repeats} runs, "
-          f"best of {args.rounds} round(s); ratio = system / cortex_tvm (x slower than ours)")
+          f"best of {args.rounds} round(s); ratio = system / cortex_tvm (x slower than ours)"
+          + ("; vs bf16 = system / cortex_tvm-bf16" if "cortex_tvm-bf16" in systems else ""))
     for case in cases:
         key = (case["model"], case["hidden"], case["batch"])
         print(f"\n{MODEL_CLASSES[key[0]]} H={hidden_for(key[0], key[1])} batch={key[2]}: {case['nodes']:.0f} nodes, "
               f"{case['flops'] / 1e6:.1f} MFLOP per batch")
-        print(f"  {'system':13s} {'ms':>9s} {'ratio':>7s} {'GFLOP/s':>8s} {'max|err|':>10s}")
+        bf16 = "cortex_tvm-bf16" in systems
+        print(f"  {'system':17s} {'ms':>9s} {'ratio':>7s}" + (f" {'vs bf16':>7s}" if bf16 else "")
+              + f" {'GFLOP/s':>8s} {'max|err|':>10s}")
         for row in rows:
             if (row["model"], row["hidden"], row["batch"]) != key:
                 continue
             if "ms" not in row:
-                print(f"  {row['system']:13s} {row.get('skipped') or row.get('error')}")
+                print(f"  {row['system']:17s} {row.get('skipped') or row.get('error')}")
                 continue
             ratio = f"{row['ratio']:7.2f}" if "ratio" in row else f"{'-':>7s}"
+            if bf16:
+                ratio += f" {row['ratio_bf16']:7.2f}" if "ratio_bf16" in row else f" {'-':>7s}"
             flag = f"  <-- WRONG in batches {row['wrong_batches']}" if row["wrong_batches"] else ""
-            print(f"  {row['system']:13s} {_fmt_ms(row['ms'])} {ratio} {row['gflops']:8.1f} "
+            print(f"  {row['system']:17s} {_fmt_ms(row['ms'])} {ratio} {row['gflops']:8.1f} "
                   f"{row['max_abs_err']:10.1e}{flag}")
         if "cortex_tvm_pct_of_sgemm" in case:
             print(f"  cortex_tvm run-time work ({case['cortex_tvm_runtime_mflop']:.1f} MFLOP, hoisted leaves "
@@ -337,4 +347,5 @@ def print_tables(rows, cases, systems, sgemm_gflops, args):
             worst = max(r["max_abs_err"] for r in checked)
             bad = sum(len(r["wrong_batches"]) for r in checked)
             verdict = f"WRONG ({bad} batch(es))" if bad else "ok"
-            print(f"  {system:13s} {worst:.1e}  {verdict}  ({len(checked)} case(s))")
+            print(f"  {system:17s} {worst:.1e}  {verdict}  ({len(checked)} case(s), tolerance "
+                  f"{tolerance_of(system)} * max(1, max|ref|))")

@@ -260,7 +260,7 @@ def best_time(fn, arg, repeats):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("system", nargs="?", choices=["torch-eager", "torch-levels", "dgl"])
+    ap.add_argument("system", nargs="?", choices=["torch-eager", "torch-levels", "dgl", "torch-levels-bf16"])
     ap.add_argument("data", nargs="?")
     ap.add_argument("--roots", help="where to write every batch's root h (.npy)")
     ap.add_argument("--repeats", type=int, default=10)
@@ -278,7 +278,14 @@ def main(argv=None):
     model, H, weights, batches = load(args.data)
     with torch.inference_mode():
         w = {k: torch.from_numpy(v) for k, v in weights.items()}
-        fn = make_system(args.system, model, H, w)
+        if args.system.endswith("-bf16"):      # PyTorch's own bf16 path: oneDNN under CPU autocast
+            fp32 = make_system(args.system[:-len("-bf16")], model, H, w)
+
+            def fn(batch):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    return fp32(batch).float()
+        else:
+            fn = make_system(args.system, model, H, w)
         roots = np.stack([fn(batch).numpy().copy() for batch in batches])      # also the warm-up
         times = [best_time(fn, batch, args.repeats) for batch in batches]
     np.save(args.roots, roots)

@@ -42,9 +42,10 @@ def load_case(path):
 def run_model(system, path, repeats, roots_path, mcpu=None):
     model, batches, _ = load_case(path)
     extra = {}
-    if system == "cortex_tvm":
+    if system.startswith("cortex_tvm"):
         start = time.perf_counter()
-        fn = model.compile(target={"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm")
+        fn = model.compile(target={"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm",
+                           precision="bf16" if system.endswith("-bf16") else "fp32")
         extra["compile_s"] = round(time.perf_counter() - start, 3)
         extra["recipe"] = getattr(fn, "recipe_name", None)
         extra["target"] = str(fn.target)
@@ -54,7 +55,7 @@ def run_model(system, path, repeats, roots_path, mcpu=None):
     roots = []
     times = per_batch_best(fn, batches, repeats, outputs=roots)
     np.save(roots_path, np.stack(roots))
-    if system == "cortex_tvm":        # the host-side share, for the record
+    if system.startswith("cortex_tvm"):        # the host-side share, for the record
         lin = per_batch_best(fn.linearize, batches, repeats)
         extra["linearize_ms"] = float(np.mean(lin)) * 1e3
     return {"ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times], **extra}
@@ -75,7 +76,7 @@ def run_sgemm(repeats, n=1024):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cortex_tvm.bench.worker")
-    parser.add_argument("system", choices=["cortex_tvm", "numpy", "sgemm"])
+    parser.add_argument("system", choices=["cortex_tvm", "cortex_tvm-bf16", "numpy", "sgemm"])
     parser.add_argument("data", nargs="?", help="the orchestrator's .npz (not for sgemm)")
     parser.add_argument("--roots", help="where to write every batch's roots, .npy (not for sgemm)")
     parser.add_argument("--repeats", type=int, default=10)

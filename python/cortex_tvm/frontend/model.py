@@ -115,7 +115,7 @@ class TracedModel(Model):
 
 
 def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tuning_log=None,  # noqa: A001
-            max_unroll_depth: int | None = None):
+            max_unroll_depth: int | None = None, precision: str = "fp32"):
     """Trace a `@ct.recursive` function and compile it; the result is called on a list of trees.
 
     weights: name -> numpy array or torch tensor (float32), read in the function as p.<name>.
@@ -123,7 +123,7 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
     target, schedule, tuning_log: as `Model.compile` (the default schedule is
     derived from the traced program and the target).  max_unroll_depth: levels computed per step of the
     level loop (the schedule's `unroll_depth` knob, `RecSchedule.unroll_levels`);
-    None lets the schedule choose.  Returns a `CompiledModel`: numpy (B, H), the
+    None lets the schedule choose.  precision: "fp32" or "bf16" (as `Model.compile`).  Returns a `CompiledModel`: numpy (B, H), the
     first state at each root.  Errors in the function raise TypeError/ValueError
     naming its line.
 
@@ -139,4 +139,4 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
         roots = compiled(trees)
     """
     return TracedModel(fn, weights, max_children).compile(target=target, schedule=schedule, tuning_log=tuning_log,
-                                                          max_unroll_depth=max_unroll_depth)
+                                                          max_unroll_depth=max_unroll_depth, precision=precision)

@@ -128,20 +128,24 @@ class Model:
             cache[specialize_leaves] = _lower.lower(self.program, specialize_leaves)
         return cache[specialize_leaves]
 
-    def compile(self, target="llvm", schedule=None, tuning_log=None, bounds_check=False, max_unroll_depth=None):
+    def compile(self, target="llvm", schedule=None, tuning_log=None, bounds_check=False, max_unroll_depth=None,
+                precision="fp32"):
         """Lower, schedule and build; the result is called on a list of trees.
 
         schedule: a recipe name from `cortex_tvm.schedules` (default: the best
         for this model and target) or a callable taking a RecSchedule.
         bounds_check=True: build with TVM's bound-check pass config and validate index arrays in run().
+        precision="bf16": the packed GEMM weights are kept as bfloat16 (half the bytes a level
+        streams), states and accumulation stay float32; "fp32" (the default) keeps float32.
         The weights loaded now are the ones the compiled model uses.
         """
         return _compiler.compile_model(self, target=target, schedule=schedule, tuning_log=tuning_log,
-                                       max_unroll_depth=max_unroll_depth, bounds_check=bounds_check)
+                                       max_unroll_depth=max_unroll_depth, bounds_check=bounds_check,
+                                       precision=precision)
 
-    def as_relax(self, target="llvm"):
+    def as_relax(self, target="llvm", precision="fp32"):
         """This model in a Relax IRModule (see `cortex_tvm.relax.as_relax`)."""
-        return _relax.as_relax(self, target)
+        return _relax.as_relax(self, target, precision=precision)
 
     def build(self, rs, target="llvm"):
         """A schedule of this model's program, built with its current weights (`RecSchedule.build`)."""

@@ -143,6 +143,8 @@ class RuntimePlan:
     per_level: bool = False
     #: build with TVM's loop partitioning (peel)
     partition_loops: bool = False
+    #: weights whose packed copy holds bfloat16 bits (store_bf16): the transform writes them
+    bf16_weights: tuple = ()
 
     def pass_config(self) -> dict:
         return {"s_tir.LoopPartition": {"partition_const_loop": True}} if self.partition_loops else {}

@@ -200,3 +200,67 @@ class LayoutPrimitives:
         """
         self._rewrite(_fast_math.rewrite, functions=(FUNC_NAME, TRANSFORM_FUNC))
         return self
+
+    @primitive
+    def store_bf16(self, weights: tuple = ()):
+        """Keep packed weights as bfloat16 in memory; compute with them in float32.
+
+        The parameter transform rounds each packed weight to bfloat16 (nearest,
+        ties to even) and writes its 16 bits to a uint16 array; the kernel
+        widens each value to float32 where it is loaded (a shift, in
+        registers), so accumulation, states and the epilogue stay float32.
+        The weight streams with half the bytes: what bounds a level whose
+        nodes are few (batch 1, the top levels of any tree) is reading the
+        weight, not the FMAs.  Accuracy: the model as if its weights were
+        rounded to bfloat16 (a relative error of at most 2**-9 per weight).
+
+        Requires: the weights packed (pack) and float32; `weights` empty means
+        every packed weight.
+
+        Parameters
+        ----------
+        weights : tuple of str   names of packed weights (e.g. ("U",)); () for all
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ScheduleError  a weight that is not packed, or stored as bfloat16 already
+
+        Examples
+        --------
+        Before (after ``pack("U", tile=8, groups=5)``)::
+
+            gates_sum[n, g, i] += U_packed[i // 8, j * 256 + k, g * 8 + i % 8] * h[children[n, j], k]
+
+        ``rs.store_bf16()``; after (U_packed: uint16)::
+
+            gates_sum[n, g, i] += T.reinterpret("float32", T.Cast("uint32", U_packed[i // 8, j * 256 + k,
+                                  g * 8 + i % 8]) << T.uint32(16)) * h[children[n, j], k]
+
+        and in ``cortex_transform_params``, ``U_packed[a, c, b] = T.Cast("uint16", (bits + 0x7FFF
+        + (bits >> 16 & 1)) >> 16)`` with ``bits = T.reinterpret("uint32", U[...])``.
+        """
+        packed = [p[0] for p in self.plan.packs]
+        chosen = list(weights) or packed
+        for name in chosen:
+            if name not in packed:
+                raise ScheduleError(f"store_bf16: {name!r} is not packed; packed weights are {packed} "
+                                    "(pack a weight first: its packed copy is what is stored as bfloat16)")
+            if name in self.plan.bf16_weights:
+                raise ScheduleError(f"store_bf16: {name!r} is stored as bfloat16 already")
+        if not chosen:
+            raise ScheduleError("store_bf16: no weight is packed; pack the GEMM weights first")
+        functions = self._functions()
+        for name in chosen:
+            for fname, func in list(functions.items()):
+                if any(p.name == packed_name(name) for p in func.params):
+                    try:
+                        functions[fname] = passes.store_bf16(func, packed_name(name))
+                    except ValueError as err:
+                        raise ScheduleError(f"store_bf16: {err}") from err
+        self._replace(**functions)
+        self.plan = replace(self.plan, bf16_weights=self.plan.bf16_weights + tuple(chosen))
+        return self

@@ -35,7 +35,8 @@ __all__ = ["tune", "AdaptiveModel", "apply_best", "recipe_from_log", "SHIPPED", 
 def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: int = 10, target="llvm",
          seconds: float | None = None, seed: int = 0, repeats: int = 5, max_batches: int = 16,
          knobs: dict | None = None, progress=True, rpc: tuple | None = None,
-         confirm_rounds: int = 2, cross_compiler: str | None = None) -> TuningPoint | None:
+         confirm_rounds: int = 2, cross_compiler: str | None = None,
+         precision: str = "fp32") -> TuningPoint | None:
     """Search the knobs of the model's recipe; every trial is appended to `log`.
 
     trials counts the records the log already has for this workload, so
@@ -45,7 +46,8 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
     trial on stderr), False, or a file.  rpc: (tracker host, port, device key)
     to measure on a remote device through TVM's RPC tracker (see `tune.rpc`);
     cross_compiler: the C++ compiler that links the kernel for that device
-    (e.g. "aarch64-linux-gnu-g++"; default: the host's).
+    (e.g. "aarch64-linux-gnu-g++"; default: the host's).  precision: as `Model.compile`;
+    the records are keyed by it.
     At the end the four fastest points and the default are re-timed
     `confirm_rounds` times, alternating (extra log records), so one lucky
     timing does not pick the winner.
@@ -53,14 +55,14 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
     progress = sys.stderr if progress is True else (progress or None)
     tgt = make_target(target)
     batches = tuning_batches(model, trees, batch_size, max_batches)
-    space = Space(model, tgt, knobs=knobs)
+    space = Space(model, tgt, knobs=knobs, precision=precision)
     if rpc is None:
         measurer = Measurer(model, batches, tgt, repeats=repeats)
     else:
         host, port, key = rpc
         measurer = RPCMeasurer(model, batches, tgt, repeats=repeats, tracker_host=host, tracker_port=port, key=key,
                                cc=cross_compiler)
-    workload = Workload.of(model, tgt, batch_size)
+    workload = Workload.of(model, tgt, batch_size, precision)
     config = SearchConfig(trials=trials, seconds=seconds, seed=seed, confirm_rounds=confirm_rounds)
     # the kernel's sizes (padded to the vector width), as compile() and the cost data see them
     stats = WorkloadStats.of(space.kernel_model, batches)

@@ -31,7 +31,7 @@ def open_log(log) -> Database:
     return Database(log)
 
 
-def recipe_from_log(model, log, target="llvm", batch_size=None, schedule=None):
+def recipe_from_log(model, log, target="llvm", batch_size=None, schedule=None, precision="fp32"):
     """(recipe, how): the recipe with the log's best knobs for this model, how in
     {"exact", "nearest", "default"}; warns unless exact.
 
@@ -40,8 +40,8 @@ def recipe_from_log(model, log, target="llvm", batch_size=None, schedule=None):
     tried, fastest first, and finally the default recipe.
     """
     tgt = make_target(target)
-    workload = Workload.of(model, tgt, batch_size)
-    space = Space(model, tgt, recipe=schedule)
+    workload = Workload.of(model, tgt, batch_size, precision)
+    space = Space(model, tgt, recipe=schedule, precision=precision)
     db = open_log(log)
     record, how = db.nearest(workload)
     if record is None:
@@ -69,14 +69,14 @@ def recipe_from_log(model, log, target="llvm", batch_size=None, schedule=None):
     return space.recipe, "default"
 
 
-def apply_best(model, log, target="llvm", batch_size=None, schedule=None):
+def apply_best(model, log, target="llvm", batch_size=None, schedule=None, precision="fp32"):
     """Compile `model` with the best knobs the log has for it (see `recipe_from_log`)."""
-    recipe, _ = recipe_from_log(model, log, target, batch_size, schedule)
-    return model.compile(target=target, schedule=recipe)
+    recipe, _ = recipe_from_log(model, log, target, batch_size, schedule, precision)
+    return model.compile(target=target, schedule=recipe, precision=precision)
 
 
-def resolve_recipe(model, log, target, schedule):
+def resolve_recipe(model, log, target, schedule, precision="fp32"):
     """The hook `compile_model(tuning_log=...)` calls: the log's recipe, or `schedule` itself
     when the log has nothing for this model and target (the caller then picks as without a log)."""
-    recipe, how = recipe_from_log(model, log, target, None, schedule)
+    recipe, how = recipe_from_log(model, log, target, None, schedule, precision)
     return schedule if how == "default" else recipe

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import data
+from ..recipes import ROOT_TOLERANCE
 from ..timing import batches_of, best_of
 
-#: largest |compiled - model.reference| accepted on any batch (fast_math's polynomials are ~1e-6)
-TOLERANCE = 1e-3
+#: largest |compiled - model.reference| accepted on any batch (fast_math's polynomials are ~1e-6);
+#: a bf16 build's is ROOT_TOLERANCE["bf16"]
+TOLERANCE = ROOT_TOLERANCE["fp32"]
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,12 @@ class Measurer:
             self._expected.extend(self.model.reference(b) for b in self.batches)
         return self._expected[i]
 
-    def wrong_numbers(self, i: int, got) -> str | None:
+    def wrong_numbers(self, i: int, got, precision: str = "fp32") -> str | None:
         """The error text when a compiled point's roots for batch i are not the reference's."""
         want = self.expected(i)
         got = np.asarray(got)[tuple(slice(0, d) for d in want.shape)]
         diff = float(np.abs(got - want).max())
-        if diff <= TOLERANCE:
+        if diff <= ROOT_TOLERANCE[precision]:
             return None
         return f"wrong numbers on batch {i}: max |diff| vs model.reference = {diff:.3g}"
 
@@ -84,11 +86,12 @@ class Measurer:
         try:
             if space.check(point) is not None:
                 return invalid(space, point)
-            compiled = self.model.compile(target=self.target, schedule=space.recipe_for(point))
+            compiled = self.model.compile(target=self.target, schedule=space.recipe_for(point),
+                                          precision=space.precision)
             build_s = time.perf_counter() - start
             # every batch, not only the first: a schedule can be wrong for some level sizes only
             for i, batch in enumerate(self.batches):
-                wrong = self.wrong_numbers(i, compiled(batch))
+                wrong = self.wrong_numbers(i, compiled(batch), compiled.precision)
                 if wrong:
                     return MeasureResult(error=wrong, build_s=build_s)
             for _ in range(self.warmup):

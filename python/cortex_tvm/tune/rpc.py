@@ -93,7 +93,7 @@ class RPCMeasurer(Measurer):
                 args = signature.structure_args(lin, put) + weights + [
                     put(np.zeros((lin.num_slots,) + s, d)) for _, s, d in states] + [out]
                 module[name](*args)       # every batch checked before it is timed
-                wrong = self.wrong_numbers(i, out.numpy())
+                wrong = self.wrong_numbers(i, out.numpy(), "bf16" if rs.plan.bf16_weights else "fp32")
                 if wrong:
                     return MeasureResult(error=f"{wrong} (on the remote device)", build_s=build_s)
                 timer = module.time_evaluator(name, device, number=1, repeat=self.repeats)

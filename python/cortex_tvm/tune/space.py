@@ -61,8 +61,10 @@ class Space:
     written as a one-element list).
     """
 
-    def __init__(self, model, target="llvm", recipe=None, knobs: dict | None = None):
+    def __init__(self, model, target="llvm", recipe=None, knobs: dict | None = None, precision: str = "fp32"):
         self.model, self.target = model, make_target(target)
+        #: every point's recipe is followed by what this precision needs (store_bf16 for "bf16")
+        self.precision = _recipes.check_precision(precision, self.target)
         #: the model as the kernel computes it (sizes padded to the vector width): what recipes apply to
         self.kernel_model = compiled_form(model, self.target)
         self.recipe = _recipes.resolve(self.kernel_model, self.target, recipe)
@@ -98,7 +100,7 @@ class Space:
         return set(d) == set(self.knobs) and all(d[k] in v for k, v in self.knobs.items())
 
     def recipe_for(self, point: TuningPoint) -> _recipes.Recipe:
-        return self.recipe.with_knobs(**point.as_dict())
+        return _recipes.with_precision(self.recipe.with_knobs(**point.as_dict()), self.precision)
 
     def check(self, point: TuningPoint):
         """None if the point's recipe applies to the model, else the ScheduleError's text."""

@@ -29,13 +29,15 @@ class Workload:
     vocab: int
     target: str
     batch_size: int | None
+    #: compile(precision=...): a bf16 build's records are never applied to an fp32 build
+    precision: str = "fp32"
 
     @classmethod
-    def of(cls, model, target="llvm", batch_size: int | None = 10) -> "Workload":
+    def of(cls, model, target="llvm", batch_size: int | None = 10, precision: str = "fp32") -> "Workload":
         hidden = int(model.hidden_size)
         return cls(type(model).__name__, hidden, int(getattr(model, "embed_size", hidden)),
                    int(getattr(model, "vocab_size", 0) or 0), target_key(target),
-                   None if batch_size is None else int(batch_size))
+                   None if batch_size is None else int(batch_size), precision)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -43,11 +45,11 @@ class Workload:
     @classmethod
     def from_json(cls, data: dict) -> "Workload":
         return cls(str(data["model"]), int(data["hidden"]), int(data["embed"]), int(data["vocab"]),
-                   str(data["target"]), int(data["batch_size"]))
+                   str(data["target"]), int(data["batch_size"]), str(data.get("precision", "fp32")))
 
     def same_kind(self, other: "Workload") -> bool:
         """Same model class and target: its knobs are worth trying here."""
-        return self.model == other.model and self.target == other.target
+        return self.model == other.model and self.target == other.target and self.precision == other.precision
 
     def distance(self, other: "Workload") -> tuple:
         """How far `other` is, for `nearest`: hidden size first, then batch size, then the rest."""
@@ -58,4 +60,5 @@ class Workload:
 
     def __str__(self) -> str:
         return (f"{self.model}(H={self.hidden}, E={self.embed}, V={self.vocab}) "
-                f"on {self.target}, batch {'any' if self.batch_size is None else self.batch_size}")
+                f"on {self.target}, batch {'any' if self.batch_size is None else self.batch_size}"
+                + ("" if self.precision == "fp32" else f", {self.precision}"))
