@@ -15,7 +15,7 @@ import tvm
 import tvm_ffi
 from tvm.target import Target
 
-from . import config, recipes
+from . import config, integrity, recipes
 from .runtime import CompiledModel, model_weight_arrays
 from .schedule import RecSchedule, ScheduleError
 from .target import make_target
@@ -32,8 +32,9 @@ def compile_count() -> int:
 
 #: pass config for TVM's run-time bound checks (`compile(bounds_check=True)`).  In TVM 0.27 the
 #: pass only instruments buffers declared by the legacy StorageFlatten path, so with s_tir
-#: kernels it adds nothing; bounds_check=True therefore also makes `CompiledModel.run` validate
-#: every index array against the state buffers (`linearize.check_bounds`) before a kernel runs.
+#: kernels it adds nothing: what guards the kernels is `CompiledModel.check`
+#: (`linearize.check_bounds`), which `run(lin)` applies by default and bounds_check=True on
+#: every call.
 BOUNDS_CHECK = {"tirx.instrument_bound_checkers": True}
 
 _source_fingerprint = None
@@ -86,16 +87,11 @@ def _disk_load(path):
         warnings.warn(f"compile cache: {path} does not match its sha256 (damaged or incomplete); "
                       "rebuilding", stacklevel=4)
         return None
-    fd, private = tempfile.mkstemp(suffix=".so", prefix=".load-", dir=os.path.dirname(path))
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-        return tvm.runtime.Executable(tvm.runtime.load_module(private))
+        return tvm.runtime.Executable(integrity.load_library(blob, os.path.dirname(path)))
     except Exception as err:  # noqa: BLE001 - a damaged entry is rebuilt, not fatal
         warnings.warn(f"compile cache: cannot load {path} ({err}); rebuilding", stacklevel=4)
         return None
-    finally:
-        os.remove(private)        # the loaded library stays mapped
 
 
 def _disk_store(executable, path):

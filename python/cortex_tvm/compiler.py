@@ -27,8 +27,10 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
     precision: "fp32", or "bf16": the packed GEMM weights are stored as bfloat16 and widened
     to float32 in registers (`RecSchedule.store_bf16`); states and accumulation stay float32.
 
-    bounds_check=True builds with TVM's `tirx.instrument_bound_checkers` and makes `run()`
-    validate every index array first (see build.BOUNDS_CHECK): hand-made arrays raise ValueError."""
+    `run(lin)` validates its arrays by default (`CompiledModel.check`); bounds_check=True also
+    validates the arrays `__call__` makes with `linearize` (valid by construction) and builds
+    with TVM's `tirx.instrument_bound_checkers`, which adds no checks to these kernels in TVM
+    0.27 (see build.BOUNDS_CHECK)."""
     if not isinstance(bounds_check, bool):
         raise TypeError(f"bounds_check must be a bool, got {type(bounds_check).__name__}")
     tgt = make_target(target)

@@ -21,6 +21,7 @@ a SIGBUS or SIGILL.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import tempfile
@@ -149,13 +150,14 @@ def read(path, weights=None) -> dict:
     plan = RuntimePlan(**{k: _tuples(v) for k, v in meta["plan"].items() if k in plan_fields})
     if weights is None:
         try:
-            with np.load(os.path.join(path, WEIGHTS)) as npz:
+            with np.load(io.BytesIO(integrity.read_checked(path, WEIGHTS, meta["files"]))) as npz:
                 arrays = {name: np.ascontiguousarray(npz[name]) for name, _, _ in signature.model_weights()}
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
             raise ValueError(f"load: {os.path.join(path, WEIGHTS)} is unreadable ({err})") from err
     else:
         arrays = _given_weights(meta, signature, weights)
-    executable = tvm.runtime.Executable(tvm.runtime.load_module(os.path.join(path, LIB)))
+    # the library's bytes as checked, mapped from a private copy: never the path itself
+    executable = tvm.runtime.Executable(integrity.load_library(integrity.read_checked(path, LIB, meta["files"])))
     return {"vocab_bound": meta["vocab_bound"], "aliases": meta.get("aliases", {}), "signature": signature,
             "executable": executable, "target": Target(meta["target"]), "plan": plan, "weights": arrays,
             "recipe_name": meta["recipe"], "state_shapes": meta.get("visible_state_shapes"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 
 __all__ = ["file_digest", "seal", "check_seal", "check_files", "target_cpu", "check_cpu", "host_isa"]
 
@@ -79,6 +80,34 @@ def check_files(directory, files: dict) -> None:
         if got["sha256"] != want.get("sha256"):
             raise ValueError(f"load: {path} is damaged: its sha256 differs from the one recorded at export; "
                              "export the model again")
+
+
+def read_checked(directory, name: str, files: dict) -> bytes:
+    """The bytes of export file `name`, read once and checked against its recorded size and
+    sha256: what is used is exactly what was checked (a file swapped after `check_files`
+    is caught here)."""
+    path = os.path.join(directory, name)
+    with open(path, "rb") as f:
+        blob = f.read()
+    want = files.get(name, {})
+    if len(blob) != want.get("size") or hashlib.sha256(blob).hexdigest() != want.get("sha256"):
+        raise ValueError(f"load: {path} changed after it was checked (its bytes no longer match the "
+                         "digest recorded at export); export the model again")
+    return blob
+
+
+def load_library(blob: bytes, directory=None):
+    """A TVM module from the bytes of a shared library, loaded from a private copy of exactly
+    those bytes (so no other writer can change what is mapped; the copy is removed once
+    mapped).  `directory`: where to put the copy (default: the system's temporary folder)."""
+    import tvm                  # here: the rest of this module reads files and JSON only
+    fd, private = tempfile.mkstemp(suffix=".so", prefix=".load-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        return tvm.runtime.load_module(private)
+    finally:
+        os.remove(private)        # the loaded library stays mapped
 
 
 # ----------------------------------------------------------------------------- CPU

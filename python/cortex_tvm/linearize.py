@@ -417,13 +417,23 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
     )
 
 
-def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=None) -> None:
-    """Check that every index a kernel reads through stays inside its buffer.
+def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=None, node_tile: int = 1,
+                 leaf_words: bool = False) -> None:
+    """Check every invariant the kernel relies on and cannot check itself.
 
     ``linearize`` only produces valid arrays; this guards a Linearized that was
-    built or edited by hand (``CompiledModel.run``, ``compile(bounds_check=True)``).
-    ``no_word`` (a model's marker for "no word here", which it never indexes with)
-    is allowed in ``words`` too.  Raises ValueError naming the array.
+    built or edited by hand (``CompiledModel.run`` checks by default).
+    - every index stays inside its buffer: children, roots and num_children
+      within the slots, words within the vocabulary (``no_word``, a model's
+      marker for "no word here", which it never indexes with, is allowed too);
+    - every level has a multiple of ``node_tile`` slots: the kernel's node
+      loops are cut to whole tiles, so a level's tail would be skipped;
+    - every child sits in an earlier level (or is the null slot 0): a child in
+      the same or a later level is read before it is computed, or while
+      another core writes it;
+    - with ``leaf_words`` (the leaves' states are hoisted tables indexed by
+      word, with no clamp), every leaf slot holds a word of the vocabulary.
+    Raises ValueError naming the array and the invariant.
     """
     if not isinstance(lin, Linearized):
         raise TypeError(f"expected a Linearized, got {type(lin).__name__}")
@@ -446,3 +456,22 @@ def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=No
         if a.size and (a.min() < 0 or (hi is not None and a.max() >= hi)):
             raise ValueError(f"{name} out of bounds: values must lie in [0, {hi}), "
                              f"got [{a.min()}, {a.max()}]")
+    sizes = np.diff(lo)
+    if node_tile > 1 and np.any(sizes % node_tile):
+        level = int(np.flatnonzero(sizes % node_tile)[0])
+        raise ValueError(f"level_offsets: level {level} has {sizes[level]} slots, not a multiple of the "
+                         f"kernel's node tile {node_tile} (its last nodes would not be computed)")
+    level_start = np.repeat(lo[:-1], sizes)                 # per slot 1.., the first slot of its level
+    late = lin.children[1:] >= level_start[:, None]
+    if np.any(late):
+        rows, cols = np.nonzero(late)
+        slot, j = int(rows[0]) + 1, int(cols[0])
+        child = int(lin.children[slot, j])
+        raise ValueError(f"children: slot {slot}'s child {j} is slot {child}, which is not in an earlier "
+                         f"level (slot {slot}'s level starts at slot {int(level_start[slot - 1])}); a "
+                         "child must be computed before its parent")
+    if leaf_words and vocab_size is not None:
+        leaves = lin.words[lo[0]:lo[1]]
+        if leaves.size and (leaves.min() < 0 or leaves.max() >= vocab_size):
+            raise ValueError(f"words: a leaf slot holds {int(leaves.max())}, outside the vocabulary "
+                             f"[0, {vocab_size}); leaf states are read from a table by word")

@@ -122,13 +122,17 @@ class CompiledModel:
             ws.states = [np.zeros((capacity,) + shape, dtype) for _, shape, dtype in self._states]
         return [s[:num_slots] for s in ws.states]
 
-    def run(self, lin: _linearize.Linearized):
+    def run(self, lin: _linearize.Linearized, check: bool = True):
         """Run the kernel on linearized trees; returns (root states, per-slot state buffers).
 
-        The state buffers belong to this thread's workspace: copy what you keep.
+        `lin` is validated first (`linearize.check_bounds`: every index inside its buffer,
+        levels in whole node tiles, children in earlier levels, leaf words in the vocabulary),
+        so hand-made or edited arrays raise ValueError instead of reading out of bounds;
+        check=False skips that for arrays that come straight from `linearize` (as `__call__`
+        does).  The state buffers belong to this thread's workspace: copy what you keep.
         """
-        if self.bounds_check:
-            _linearize.check_bounds(lin, self._max_children, self._vocab_bound, self.signature.no_word)
+        if check or self.bounds_check:
+            self.check(lin)
         if self.target.kind.name == "cuda":
             return self._run_cuda(lin)
         states = self._state_buffers(lin.num_slots)
@@ -137,6 +141,11 @@ class CompiledModel:
         launch(self._functions, self.signature.structure_args(lin) + [*self._weights, *states, out],
                lin, self.signature, self.plan)
         return self._visible(out), states
+
+    def check(self, lin: _linearize.Linearized) -> None:
+        """ValueError unless `lin` is safe for this kernel (see `run`)."""
+        _linearize.check_bounds(lin, self._max_children, self._vocab_bound, self.signature.no_word,
+                                node_tile=self.plan.node_tile, leaf_words=bool(self.plan.hoisted))
 
     def _visible(self, rows):
         """Rows of the first state without the kernel's padding (a copy only when padded)."""
@@ -169,7 +178,7 @@ class CompiledModel:
         """Root state of each tree, (B, *state shape); with all_nodes=True, a list with each
         tree's per-node states in `cortex_tvm.data.postorder` order."""
         lin = self.linearize(trees)
-        out, states = self.run(lin)
+        out, states = self.run(lin, check=self.bounds_check)      # linearize's arrays are valid
         if not all_nodes:
             return out
         rows = self._visible(states[0][lin.node_slots])

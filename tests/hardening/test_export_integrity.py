@@ -170,3 +170,21 @@ def test_export_writes_stay_atomic(exported, tmp_path):
     compiled.export(path)
     assert sorted(os.listdir(path)) == ["lib.so", "meta.json", "weights.npz"]
     ct.load(path)
+
+
+def test_loaded_bytes_are_the_checked_bytes(tmp_path):
+    """read_checked hands back the exact bytes it verified, and refuses a file that no longer
+    matches its digest (swapped after check_files ran); load_library maps a private copy."""
+    from cortex_tvm import integrity
+    path = tmp_path / "blob.bin"
+    path.write_bytes(b"exported bytes")
+    files = {"blob.bin": integrity.file_digest(path)}
+    integrity.check_files(tmp_path, files)
+    assert integrity.read_checked(tmp_path, "blob.bin", files) == b"exported bytes"
+    path.write_bytes(b"exported bytez")          # same size, other bytes
+    with pytest.raises(ValueError, match="changed after it was checked"):
+        integrity.read_checked(tmp_path, "blob.bin", files)
+    before = set(os.listdir(tmp_path))
+    with pytest.raises(RuntimeError):            # not a library: TVM refuses it, nothing is left behind
+        integrity.load_library(b"not a shared library", str(tmp_path))
+    assert set(os.listdir(tmp_path)) == before

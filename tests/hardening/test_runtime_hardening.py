@@ -58,6 +58,61 @@ def test_bounds_checked_build_runs_sst_without_report(sst, fc):
     np.testing.assert_allclose(checked(trees[:3]), plain(trees[:3]), atol=1e-6)
 
 
+def test_run_validates_hand_edited_arrays_by_default(sst, fc):
+    """Each way an edited Linearized could make the kernel read or skip wrongly is refused by
+    run(lin) before the kernel runs; run(lin, check=False) is the opt-out; linearize's own
+    arrays pass, and give what __call__ gives."""
+    model, compiled = fc
+    assert not compiled.bounds_check and compiled.plan.node_tile > 1
+    trees = sst[0][:10]
+    lin = compiled.linearize(trees)
+    roots, _ = compiled.run(lin)
+    np.testing.assert_array_equal(roots, compiled(trees))
+    lo = lin.level_offsets
+    level = 2                                      # an internal level: slots lo[2] .. lo[3]
+    first = int(lo[level])
+
+    truncated = lo.copy()
+    truncated[level + 1:] -= 1                     # a level one slot short of whole tiles
+    children = lin.children.copy()
+    children[first, 0] = int(lo[level + 1])        # a child in the next level: not computed yet
+    itself = lin.children.copy()
+    itself[first, 1] = first                       # a node its own child
+    leaf = lin.children.copy()
+    leaf[1, 0] = 2                                 # a leaf with a child (leaves have none)
+    cases = {
+        "not a multiple of the kernel's node tile": replace(
+            lin, level_offsets=truncated, children=lin.children[:-1], num_children=lin.num_children[:-1],
+            words=lin.words[:-1], roots=np.minimum(lin.roots, int(truncated[-1]) - 1).astype(np.int32)),
+        f"slot {first}'s child 0 is slot {int(lo[level + 1])}, which is not in an earlier level": replace(
+            lin, children=children),
+        f"slot {first}'s child 1 is slot {first}": replace(lin, children=itself),
+        "slot 1's child 0 is slot 2": replace(lin, children=leaf),
+    }
+    for message, bad in cases.items():
+        with pytest.raises(ValueError, match=message):
+            compiled.run(bad)
+    unchecked, _ = compiled.run(replace(lin, children=children), check=False)      # the opt-out runs
+    assert unchecked.shape == roots.shape
+
+
+def test_a_leaf_without_a_word_is_refused_where_leaves_are_table_lookups(sst):
+    """ChildSum reads words on inner nodes (no_word marks a node without one); its leaves are
+    hoisted tables indexed by word with no clamp, so the marker at a leaf would read one row
+    past the table."""
+    model = ct.models.ChildSumTreeLSTM(hidden_size=H, vocab_size=len(sst[1]), max_children=4)
+    compiled = model.compile()
+    assert compiled.plan.hoisted and compiled.signature.no_word == len(sst[1])
+    lin = compiled.linearize(sst[0][:3])
+    words = lin.words.copy()
+    words[1] = compiled.signature.no_word
+    with pytest.raises(ValueError, match="a leaf slot holds .* leaf states are read from a table"):
+        compiled.run(replace(lin, words=words))
+    inner = lin.words.copy()
+    inner[int(lin.level_offsets[1])] = compiled.signature.no_word       # at an inner node it is fine
+    compiled.run(replace(lin, words=inner))
+
+
 # ------------------------------------------------------------------ threads
 
 def test_eight_threads_200_calls_each_equal_serial(sst, fc):

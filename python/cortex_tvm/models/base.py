@@ -134,7 +134,7 @@ class Model:
 
         schedule: a recipe name from `cortex_tvm.schedules` (default: the best
         for this model and target) or a callable taking a RecSchedule.
-        bounds_check=True: build with TVM's bound-check pass config and validate index arrays in run().
+        bounds_check=True: validate the linearized arrays on every call too (`run(lin)` always does).
         precision="bf16": the packed GEMM weights are kept as bfloat16 (half the bytes a level
         streams), states and accumulation stay float32; "fp32" (the default) keeps float32.
         The weights loaded now are the ones the compiled model uses.
