@@ -44,3 +44,27 @@ def test_readme_dependency_example_runs(tmp_path):
     trees, roots, model = scope["trees"] + [scope["dep"]], scope["roots"], scope["model"]
     assert roots.shape == (13, 150) and scope["dep"].word == 1 and scope["dep"].children
     np.testing.assert_allclose(roots, model.reference(trees), atol=1e-4)
+
+
+def test_readme_ra_program_compiles(tmp_path):
+    """The hand-written TreeFC RA block of "Writing a model", as written (V, H, the trees and
+    the weight arrays filled in), compiles with ct.compile and computes TreeFC."""
+    import cortex_tvm as ct
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("For full control, write the RA program yourself"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "ct.compile(program" in code
+    trees, vocab = ct.data.sst_sample()
+    V, H = len(vocab), 16
+    rng = np.random.default_rng(0)
+    arrays = {"emb_array": rng.standard_normal((V, H)).astype(np.float32),
+              "W_array": (rng.standard_normal((H, H)) / 4).astype(np.float32),
+              "b_array": rng.standard_normal(H).astype(np.float32)}
+    scope = {"ct": ct, "V": V, "H": H, "trees": trees[:10], **arrays}
+    exec(compile(code, "README.md", "exec"), scope)
+    from cortex_tvm import ra
+    assert isinstance(scope["program"], ra.RecProgram)
+    fc = ct.models.TreeFC(hidden_size=H, vocab_size=V)
+    fc.load_weights({"emb": arrays["emb_array"], "W": arrays["W_array"], "b": arrays["b_array"]})
+    want = ct.models.reference64(fc, trees[:10])
+    np.testing.assert_allclose(scope["roots"], want, atol=1e-5)

@@ -72,8 +72,8 @@ def padded(model, multiple: int):
     if multiple <= 1 or targets == sizes:
         return None
     layouts = _axis_layouts(model, attrs)
-    if layouts is None:
-        return None
+    if layouts is None or not any(axis for axes in layouts.values() for axis in axes):
+        return None                   # ambiguous, or no weight grows with the sizes: fixed shapes
     # per weight, its padded axes (axis, blocks, size, padded size): kept, so that `load` pads
     # weights given in the user's sizes the same way
     weight_padding = {name: [(axis, layout[1], sizes[layout[0]], targets[layout[0]])

@@ -7,7 +7,9 @@ unchanged.
 """
 from __future__ import annotations
 
+from .. import ra
 from ..models.base import Model, check_sizes
+from ..models.program import ProgramModel
 from ..weights import to_numpy
 from . import reference, to_ra
 from .trace import Recursive, trace
@@ -137,6 +139,12 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
 
         compiled = ct.compile(tree_fc, weights={"emb": emb, "W": W, "b": b}, max_children=2)
         roots = compiled(trees)
+
+    `fn` may also be a hand-written RA program (`ra.rec_compute(...)`); its arity is the
+    program's own (`max_children` is not used) and its model is a `ct.models.ProgramModel`.
     """
+    if isinstance(fn, ra.RecProgram):
+        return ProgramModel(fn, weights).compile(target=target, schedule=schedule, tuning_log=tuning_log,
+                                                 max_unroll_depth=max_unroll_depth, precision=precision)
     return TracedModel(fn, weights, max_children).compile(target=target, schedule=schedule, tuning_log=tuning_log,
                                                           max_unroll_depth=max_unroll_depth, precision=precision)

@@ -3,6 +3,7 @@ from .base import Model
 from .child_sum_tree_lstm import ChildSumTreeLSTM
 from .dag_rnn import DAGRNN
 from .mv_rnn import MVRNN
+from .program import ProgramModel
 from .seq_rnn import SeqGRU, SeqLSTM
 from ..ra import DAG
 from .reference import reference64
@@ -15,4 +16,4 @@ BY_NAME = {"treelstm": TreeLSTM, "treefc": TreeFC, "treegru": TreeGRU, "childsum
            "mvrnn": MVRNN, "dagrnn": DAGRNN, "seqlstm": SeqLSTM, "seqgru": SeqGRU}
 
 __all__ = ["Model", "TreeFC", "TreeLSTM", "TreeGRU", "ChildSumTreeLSTM", "MVRNN", "DAGRNN",
-           "SeqLSTM", "SeqGRU", "DAG", "BY_NAME", "reference64"]
+           "SeqLSTM", "SeqGRU", "DAG", "BY_NAME", "reference64", "ProgramModel"]

@@ -78,8 +78,25 @@ class Model:
 
     @property
     def vocab_bound(self):
-        """Word ids must lie in [0, vocab_bound); None when the model reads no words."""
-        return getattr(self, "vocab_size", None)
+        """Word ids must lie in [0, vocab_bound); None when the model reads no words.  A model
+        that does not say (no `vocab_size`) is bounded by what its program reads: the
+        smallest bound of its node inputs."""
+        bound = getattr(self, "vocab_size", None)
+        if bound is None:
+            bounds = [inp.bound for inp in self.lower().node_inputs]
+            bound = min(bounds) if bounds else None
+        return bound
+
+    def __getattr__(self, name):
+        # only reached when normal lookup fails: a subclass written as the README says (weight
+        # shapes, program, numpy executor) need not also set the sizes the tuner reads
+        if name == "hidden_size" and not self.__dict__.get("_building"):
+            self.__dict__["_building"] = True
+            try:
+                return int(self.program.states[0].shape[0])
+            finally:
+                self.__dict__["_building"] = False
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- weights --------------------------------------------------------------------------
     def init_weights(self, seed: int) -> dict:
