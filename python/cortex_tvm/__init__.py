@@ -14,16 +14,38 @@ Pipeline, one module per stage: `ra` (recursive API) -> `lower` (TIR) ->
 `schedule` (RecSchedule primitives) -> `build` -> `runtime`; `linearize`
 turns trees into the kernel's index arrays.
 """
-from . import data, linearize, models, ra
-from .build import compile_count, make_target
-from .runtime import load
+import importlib
+
+# the deploy side, imported now: what `ct.load(path)` and a loaded model need
+from . import data, linearize
 from .data import Node, load_ptb
 from .linearize import Linearized
-from .runtime import CompiledModel
-from .schedule import RecSchedule, ScheduleError
-from . import recipes
+from .runtime import CompiledModel, load
 from .version import __version__
-from .frontend import compile, concat, exp, recursive, relu, sigmoid, split, tanh  # noqa: A004
+
+#: the compile side, imported on first use (PEP 562): a host that only loads exports never
+#: imports lowering, schedules, the tuner or the front end
+_COMPILE_SIDE = {
+    "models": ("cortex_tvm.models", None), "ra": ("cortex_tvm.ra", None), "recipes": ("cortex_tvm.recipes", None),
+    "compile_count": ("cortex_tvm.build", "compile_count"), "make_target": ("cortex_tvm.build", "make_target"),
+    "RecSchedule": ("cortex_tvm.schedule", "RecSchedule"), "ScheduleError": ("cortex_tvm.schedule", "ScheduleError"),
+    **{name: ("cortex_tvm.frontend", name)
+       for name in ("compile", "concat", "exp", "recursive", "relu", "sigmoid", "split", "tanh")},
+}
+
+
+def __getattr__(name):
+    if name not in _COMPILE_SIDE:
+        raise AttributeError(f"module 'cortex_tvm' has no attribute {name!r}")
+    module, attr = _COMPILE_SIDE[name]
+    value = importlib.import_module(module)
+    value = value if attr is None else getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_COMPILE_SIDE))
 
 
 __all__ = [

@@ -32,7 +32,7 @@ import tvm
 from tvm.target import Target
 
 from . import integrity
-from .schedule import RuntimePlan
+from .plan import RuntimePlan
 from .signature import KernelSignature
 from .version import __version__
 from .weights import checked_weights, pad_blocks, unpadded_shape

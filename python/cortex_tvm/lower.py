@@ -37,10 +37,7 @@ from tvm.script.ir_builder import tirx as Tb
 from . import ra
 from .signature import KernelSignature
 
-FUNC_NAME = "cortex_main"
-#: the parameter transforms (leaf tables, packed weights) beside the kernel in the same IRModule,
-#: run once when a model is compiled or loaded (Relax's LiftTransformParams, for recursion)
-TRANSFORM_FUNC = "cortex_transform_params"
+from .plan import FUNC_NAME, TRANSFORM_FUNC  # noqa: F401 - the names the lowered module's functions get
 
 
 @dataclass

@@ -9,8 +9,7 @@ import tvm
 from . import export as _export
 from . import linearize as _linearize
 from . import torch_interop
-from .lower import FUNC_NAME, TRANSFORM_FUNC
-from .schedule.kernels import LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC
+from .plan import TRANSFORM_FUNC, kernel_names
 
 
 def kernel_weights(executable, signature, model_weights: dict, put=np.ascontiguousarray) -> list:
@@ -56,11 +55,6 @@ class _Workspace(threading.local):
 
     def __init__(self):
         self.states = None
-
-
-def kernel_names(plan) -> tuple:
-    """The functions a plan's executor calls, in `launch` order."""
-    return (LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC) if plan.per_level else (FUNC_NAME,)
 
 
 class CompiledModel:

@@ -265,9 +265,15 @@ def test_export_load_in_fresh_process(tmp_path, sst):
         new = dict(np.load({str(tmp_path / 'new.npz')!r}))
         f = ct.load({str(fc_path)!r}, weights=new)
         np.testing.assert_allclose(f(trees[:20]), np.load({str(tmp_path / 'want_fc.npy')!r}), atol=1e-4)
+        import sys
+        compile_side = ("lower", "schedule", "compiler", "build", "recipes", "tune", "frontend", "models",
+                        "padding", "passes", "ra", "relax", "fast_math")
+        loaded = [m for m in sys.modules if m.split(".")[0] == "cortex_tvm" and len(m.split(".")) > 1
+                  and m.split(".")[1] in compile_side]
+        print("compile side imported:", sorted(loaded))
         print("compiles", ct.compile_count())
     """)
-    assert "compiles 0" in out
+    assert "compile side imported: []" in out and "compiles 0" in out
 
 
 def test_load_weights_validated(tmp_path):

@@ -27,6 +27,7 @@ from tvm import s_tir
 
 from .. import passes
 from ..lower import FUNC_NAME, TRANSFORM_FUNC, Lowered
+from ..plan import RuntimePlan
 from ..signature import KernelSignature
 
 
@@ -125,33 +126,6 @@ def renamed(old: str, new):
     alias.__signature__ = inspect.signature(new)
     alias.renamed_to = new.__name__
     return alias
-
-
-@dataclass(frozen=True)
-class RuntimePlan:
-    """What the executor must do for the scheduled kernel to be correct."""
-
-    #: every level's slot range is padded to a multiple of this
-    node_tile: int = 1
-    #: False: each internal node is its own level step (no dynamic batching)
-    dynamic_batching: bool = True
-    #: (weight name, axis, tile, groups, extent): the array is repacked the same way at load time
-    packs: tuple = ()
-    #: states whose leaf values are looked up in a table computed at compile time
-    hoisted: tuple = ()
-    #: one kernel launch per level instead of one for the whole inference
-    per_level: bool = False
-    #: build with TVM's loop partitioning (peel)
-    partition_loops: bool = False
-    #: weights whose packed copy holds bfloat16 bits (store_bf16): the transform writes them
-    bf16_weights: tuple = ()
-
-    def pass_config(self) -> dict:
-        return {"s_tir.LoopPartition": {"partition_const_loop": True}} if self.partition_loops else {}
-
-    def with_pack(self, name, axis, tile, groups=1, extent=None):
-        return replace(self, packs=tuple(p for p in self.packs if p[0] != name)
-                       + ((name, axis, tile, groups, extent),))
 
 
 @dataclass

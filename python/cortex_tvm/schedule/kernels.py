@@ -10,7 +10,7 @@ from tvm import tirx
 
 from .core import ScheduleError, primitive
 
-LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC = "cortex_leaves", "cortex_level", "cortex_roots"
+from ..plan import LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC
 #: the loop annotations TVM's LLVM codegen reads (codegen_cpu.cc): the loop becomes one parallel
 #: launch whose parallel loops inside are split among its threads, and a stage ends in a barrier
 LAUNCH_POINT, BARRIER = "pragma_parallel_launch_point", "pragma_parallel_barrier_when_finish"

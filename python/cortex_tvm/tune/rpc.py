@@ -25,7 +25,8 @@ import tvm
 
 from .. import build
 from ..padding import compiled_form
-from ..runtime import kernel_names, kernel_weights, model_weight_arrays
+from ..plan import kernel_names
+from ..runtime import kernel_weights, model_weight_arrays
 from ..target import make_target
 from ..timing import best_of
 from .measure import MeasureResult, Measurer, invalid
