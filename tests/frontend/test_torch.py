@@ -71,3 +71,18 @@ def test_weights_given_as_torch_tensors(compiled):
     zoo, model = compiled
     again = ct.compile(cells.tree_lstm, weights={k: torch.from_numpy(v) for k, v in zoo.weights.items()})
     np.testing.assert_array_equal(again(TREES), model(TREES))
+
+
+def test_as_torch_says_it_is_inference_only_and_what_to_do_instead(compiled, tmp_path):
+    torch = pytest.importorskip("torch")
+    zoo, model = compiled
+    with pytest.warns(UserWarning, match="inference only.*no parameters.*no gradient"):
+        module = model.as_torch()
+    assert list(module.parameters()) == [] and "inference only" in repr(module)
+    per_tree = module(TREES[:3], all_nodes=True)          # every node's state, one tensor per tree
+    want = model(TREES[:3], all_nodes=True)
+    assert [tuple(t.shape) for t in per_tree] == [w.shape for w in want]
+    for got, w in zip(per_tree, want):
+        np.testing.assert_array_equal(got.numpy(), w)
+    with pytest.raises(TypeError, match="compiled.export"):
+        torch.save(module, tmp_path / "m.pt")
