@@ -97,6 +97,7 @@ class CompiledModel:
         self.model_weights = weights
         self._weights = None if target.kind.name == "cuda" else kernel_weights(executable, signature, weights)
         self._workspace = _Workspace()
+        self._upload_lock = threading.Lock()
         self._functions = [executable[n] for n in kernel_names(plan)]
 
     @property
@@ -158,8 +159,9 @@ class CompiledModel:
         def put(array):
             return tvm.runtime.tensor(np.ascontiguousarray(array), device=device)
 
-        if self._weights is None:       # uploaded and transformed on the device, once
-            self._weights = kernel_weights(self.executable, self.signature, self.model_weights, put)
+        with self._upload_lock:         # uploaded and transformed on the device once, by one thread
+            if self._weights is None:
+                self._weights = kernel_weights(self.executable, self.signature, self.model_weights, put)
         states = [put(np.zeros((lin.num_slots,) + shape, dtype)) for _, shape, dtype in self._states]
         _, shape, dtype = self._states[0]
         out = put(np.empty((len(lin.roots),) + shape, dtype))

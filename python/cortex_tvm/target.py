@@ -43,13 +43,27 @@ def make_target(target) -> Target:
         return Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(),
                        "num-cores": config.load().num_threads})
     if target == "cuda":
-        return Target({"kind": "cuda", "arch": "sm_90"}, host={"kind": "llvm"})
+        return Target({"kind": "cuda", "arch": cuda_arch()}, host={"kind": "llvm"})
     if target == "aarch64":          # a 64-bit ARM CPU with NEON (cross-compilation)
         return Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]})
     if isinstance(target, str):
         raise ValueError(f"unknown target {target!r}: use 'llvm', 'cuda', 'aarch64', a dict or a "
                          "tvm.target.Target")
     raise TypeError(f"target must be a string, dict or tvm.target.Target, got {type(target).__name__}")
+
+
+#: the CUDA architecture "cuda" means when no GPU is visible: an H100/H200
+DEFAULT_CUDA_ARCH = "sm_90"
+
+
+def cuda_arch() -> str:
+    """"sm_XY" of the GPU TVM sees (tvm.cuda(0)), or DEFAULT_CUDA_ARCH when there is none (code
+    generated and compiled to PTX here, run elsewhere: pass a Target with "arch" to choose)."""
+    import tvm
+    device = tvm.cuda(0)
+    if device.exist:
+        return "sm_" + str(device.compute_version).replace(".", "")
+    return DEFAULT_CUDA_ARCH
 
 
 @dataclass(frozen=True)

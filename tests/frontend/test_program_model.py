@@ -4,21 +4,13 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
-from cortex_tvm import ra
 
 H = 16
 
 
 def _tree_fc(V):
-    tree, n = ra.Tree(max_children=2), ra.node()
-    word = ra.node_input("word", bound=V)
-    emb, W, b = ra.weight("emb", (V, H)), ra.weight("W", (H, H)), ra.weight("b", (H,))
-    h = ra.rec_placeholder("h", (H,))
-    leaf_h = ra.compute((H,), lambda i: emb[word[n], i], name="leaf_h")
-    k = ra.reduce_axis(H, "k")
-    child_sum = ra.compute((H,), lambda i: h[ra.child(n, 0), i] + h[ra.child(n, 1), i], name="child_sum")
-    internal_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(W[i, k] * child_sum[k], k) + b[i]), name="internal_h")
-    return ra.rec_compute(tree, {h: (leaf_h, internal_h)})
+    """A hand-built RA program (the README's TreeFC, as the zoo class builds it with ra.*)."""
+    return ct.models.TreeFC(hidden_size=H, vocab_size=V).build_program()
 
 
 class SizelessFC(ct.models.Model):
