@@ -6,7 +6,10 @@
 | ``ptb`` | bracketed treebanks (Penn Treebank, SST) and the bundled SST dev trees |
 | ``conllu`` | CoNLL-U (Universal Dependencies) dependency trees and the bundled sample |
 | ``generate`` | random binary trees, deep chains, sequences, image-grid DAGs |
+| ``arrays`` | parent arrays and edge lists (networkx, PyG, DGL) to ``Node`` structures |
 """
+
+from .arrays import from_edges, from_parents
 
 from .conllu import conllu_sample, load_conllu, parse_conllu
 from .generate import chain_tree, fold_words, grid_dag, random_trees, sequence, sequence_positions, sequences
@@ -31,4 +34,6 @@ __all__ = [
     "sequences",
     "sequence_positions",
     "grid_dag",
+    "from_parents",
+    "from_edges",
 ]

@@ -1,0 +1,123 @@
+"""Structures from arrays: parent arrays and edge lists (networkx, PyG, DGL) -> ``Node``s.
+
+    roots = ct.data.from_parents([2, 2, -1], words=[4, 7, -1])      # node 2 has children 0, 1
+    src, dst = g.edges()                                               # a DGL tree, edges child -> parent
+    roots = ct.data.from_edges(zip(src.tolist(), dst.tolist()), words=g.ndata["x"].tolist(),
+                               direction="child_to_parent")
+
+Children keep the order the arrays give them (increasing node index for parent
+arrays, edge order for edge lists): for a binary TreeLSTM that order is left,
+right.  A word of -1 (or None) means "no word": every leaf needs one.  A node
+with several parents is shared (a DAG: only DAG models accept it); a cycle, an
+index out of range or a leaf without a word is a ValueError naming the node.
+"""
+from __future__ import annotations
+
+from .node import Node, _is_int
+
+#: edge directions `from_edges` accepts: which end of an edge (u, v) is the parent
+DIRECTIONS = ("child_to_parent", "parent_to_child")
+
+
+def _words(words, count):
+    if words is None:
+        return [None] * count
+    words = [None if w is None or (_is_int(w) and int(w) < 0) else w for w in _as_list(words)]
+    if len(words) != count:
+        raise ValueError(f"words has {len(words)} entries for {count} nodes")
+    for i, w in enumerate(words):
+        if w is not None and not _is_int(w):
+            raise TypeError(f"words[{i}] must be an int word id (or -1 / None for none), got {type(w).__name__}")
+    return [None if w is None else int(w) for w in words]
+
+
+def _as_list(values) -> list:
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+def _build(children: list, words: list) -> list:
+    """The roots, built bottom-up (no recursion: chains may be long); ValueError on a cycle."""
+    count = len(children)
+    has_parent = [False] * count
+    for kids in children:
+        for c in kids:
+            has_parent[c] = True
+    roots = [i for i in range(count) if not has_parent[i]]
+    if count and not roots:
+        raise ValueError("the structure has a cycle: every node has a parent")
+    made: list = [None] * count
+    state = [0] * count                       # 0 new, 1 on the stack, 2 built
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if state[node] == 2:
+                continue
+            if expanded:
+                kids = [made[c] for c in children[node]]
+                if not kids and words[node] is None:
+                    raise ValueError(f"node {node} is a leaf without a word (every leaf needs one)")
+                made[node] = Node(word=words[node], children=kids or None)
+                state[node] = 2
+                continue
+            state[node] = 1
+            stack.append((node, True))
+            for c in reversed(children[node]):
+                if state[c] == 1:
+                    raise ValueError(f"the structure has a cycle through nodes {node} and {c}")
+                if state[c] == 0:
+                    stack.append((c, False))
+    unbuilt = [i for i in range(count) if state[i] != 2]
+    if unbuilt:
+        raise ValueError(f"the structure has a cycle: nodes {unbuilt[:5]} are not reachable from a root")
+    return [made[r] for r in roots]
+
+
+def from_parents(parents, words=None) -> list:
+    """Roots of the forest whose node i has parent ``parents[i]`` (-1 for a root).
+
+    ``words[i]``: node i's word id, -1 or None for none.  Returns the roots in
+    index order; children are in increasing index order."""
+    parents = _as_list(parents)
+    count = len(parents)
+    children: list = [[] for _ in range(count)]
+    for i, p in enumerate(parents):
+        if not _is_int(p):
+            raise TypeError(f"parents[{i}] must be an int, got {type(p).__name__}")
+        p = int(p)
+        if p == -1:
+            continue
+        if not 0 <= p < count:
+            raise ValueError(f"parents[{i}] = {p} is not a node (there are {count}; -1 marks a root)")
+        if p == i:
+            raise ValueError(f"node {i} is its own parent")
+        children[p].append(i)
+    return _build(children, _words(words, count))
+
+
+def from_edges(edges, words=None, *, direction: str, num_nodes: int | None = None) -> list:
+    """Roots of the structure with the edges ``(u, v)`` given, as networkx, PyG and DGL hold them.
+
+    direction: "child_to_parent" (u is the child: DGL's TreeLSTM, message-passing order) or
+    "parent_to_child" (u is the parent).  num_nodes: the node count (default: one past the
+    largest index, or len(words)).  Children are in the order their edges come."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    pairs = []
+    for k, edge in enumerate(edges):
+        edge = _as_list(edge)
+        if len(edge) != 2 or not all(_is_int(x) for x in edge):
+            raise ValueError(f"edge {k} must be a pair of int node indices, got {edge!r}")
+        u, v = int(edge[0]), int(edge[1])
+        pairs.append((v, u) if direction == "child_to_parent" else (u, v))
+    if num_nodes is None:
+        num_nodes = len(_as_list(words)) if words is not None else 1 + max((max(p) for p in pairs), default=-1)
+    children: list = [[] for _ in range(num_nodes)]
+    for k, (parent, child) in enumerate(pairs):
+        for x in (parent, child):
+            if not 0 <= x < num_nodes:
+                raise ValueError(f"edge {k} names node {x}, not one of the {num_nodes} nodes")
+        if parent == child:
+            raise ValueError(f"edge {k} joins node {parent} to itself")
+        children[parent].append(child)
+    return _build(children, _words(words, num_nodes))

@@ -1,0 +1,80 @@
+"""Structures from arrays (`ct.data.from_parents`, `ct.data.from_edges`): the same trees and DAGs
+as the Node objects they were taken from (the compiled roots agree), and clear errors."""
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm.data import Node
+
+
+def _to_parents(tree):
+    """A Node tree as (parents, words) in post-order: the test's own conversion."""
+    nodes = ct.data.postorder(tree)
+    index = {id(n): i for i, n in enumerate(nodes)}
+    parents = [-1] * len(nodes)
+    for n in nodes:
+        for c in n.children or []:
+            parents[index[id(c)]] = index[id(n)]
+    return parents, [-1 if n.word is None else n.word for n in nodes]
+
+
+@pytest.fixture(scope="module")
+def sst():
+    return ct.data.sst_sample()
+
+
+def test_parents_and_edges_rebuild_sst_trees(sst):
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(hidden_size=16, vocab_size=len(vocab))
+    compiled = model.compile()
+    batch = trees[:20]
+    rebuilt, from_dgl_style, from_pyg_style = [], [], []
+    for t in batch:
+        parents, words = _to_parents(t)
+        (root,) = ct.data.from_parents(np.array(parents), words=np.array(words))
+        rebuilt.append(root)
+        child_to_parent = [(i, p) for i, p in enumerate(parents) if p >= 0]
+        (root,) = ct.data.from_edges(child_to_parent, words, direction="child_to_parent")
+        from_dgl_style.append(root)
+        (root,) = ct.data.from_edges(np.array([(p, i) for i, p in child_to_parent]), words,
+                                     direction="parent_to_child")
+        from_pyg_style.append(root)
+    want = compiled(batch)
+    for got in (rebuilt, from_dgl_style, from_pyg_style):
+        assert [len(ct.data.postorder(t)) for t in got] == [len(ct.data.postorder(t)) for t in batch]
+        np.testing.assert_array_equal(compiled(got), want)
+
+
+def test_a_forest_keeps_index_order_and_child_order():
+    roots = ct.data.from_parents([2, 2, -1, -1], words=[4, 7, None, 9])
+    assert [r.word for r in roots] == [None, 9]
+    assert [c.word for c in roots[0].children] == [4, 7]      # increasing index: left, right
+    (root,) = ct.data.from_edges([(2, 1), (2, 0)], [4, 7, -1], direction="parent_to_child")
+    assert [c.word for c in root.children] == [7, 4]          # edge order
+
+
+def test_a_shared_node_is_one_node_in_a_dag():
+    (root,) = ct.data.from_edges([(0, 1), (0, 2), (1, 3), (2, 3)], [-1, 5, 6, 7], direction="parent_to_child")
+    a, b = root.children
+    assert a.children[0] is b.children[0] and a.children[0].word == 7
+    model = ct.models.DAGRNN(hidden_size=8, vocab_size=10)
+    manual = Node(children=[Node(word=5, children=[s := Node(word=7)]), Node(word=6, children=[s])])
+    np.testing.assert_allclose(model.compile()([root]), model.compile()([manual]), atol=0)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: ct.data.from_parents([1, 0], [1, 2]), "cycle"),
+    (lambda: ct.data.from_parents([1, 2, 0, -1], [1, 2, 3, 4]), "cycle"),
+    (lambda: ct.data.from_parents([0], [1]), "its own parent"),
+    (lambda: ct.data.from_parents([5, -1], [1, 2]), "parents\\[0\\] = 5 is not a node"),
+    (lambda: ct.data.from_parents([1, -1], [None, 2]), "node 0 is a leaf without a word"),
+    (lambda: ct.data.from_parents([1, -1], [1]), "words has 1 entries for 2 nodes"),
+    (lambda: ct.data.from_parents([1.5, -1], [1, 2]), "must be an int"),
+    (lambda: ct.data.from_edges([(0, 1)], [1, 2], direction="up"), "direction must be one of"),
+    (lambda: ct.data.from_edges([(0, 3)], [1, 2], direction="parent_to_child"), "edge 0 names node 3"),
+    (lambda: ct.data.from_edges([(0, 1, 2)], [1, 2, 3], direction="parent_to_child"), "pair of int"),
+    (lambda: ct.data.from_edges([(1, 1)], [1, 2], direction="parent_to_child"), "to itself"),
+])
+def test_bad_arrays_are_named(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
