@@ -79,20 +79,14 @@ def from_parents(parents, words=None) -> list:
     ``words[i]``: node i's word id, -1 or None for none.  Returns the roots in
     index order; children are in increasing index order."""
     parents = _as_list(parents)
-    count = len(parents)
-    children: list = [[] for _ in range(count)]
+    pairs = []
     for i, p in enumerate(parents):
         if not _is_int(p):
             raise TypeError(f"parents[{i}] must be an int, got {type(p).__name__}")
-        p = int(p)
-        if p == -1:
-            continue
-        if not 0 <= p < count:
-            raise ValueError(f"parents[{i}] = {p} is not a node (there are {count}; -1 marks a root)")
-        if p == i:
-            raise ValueError(f"node {i} is its own parent")
-        children[p].append(i)
-    return _build(children, _words(words, count))
+        if int(p) != -1:
+            pairs.append((int(p), i))
+    return _build(_children(pairs, len(parents), lambda k: f"parents[{pairs[k][1]}] = {pairs[k][0]}"),
+                  _words(words, len(parents)))
 
 
 def from_edges(edges, words=None, *, direction: str, num_nodes: int | None = None) -> list:
@@ -112,12 +106,18 @@ def from_edges(edges, words=None, *, direction: str, num_nodes: int | None = Non
         pairs.append((v, u) if direction == "child_to_parent" else (u, v))
     if num_nodes is None:
         num_nodes = len(_as_list(words)) if words is not None else 1 + max((max(p) for p in pairs), default=-1)
-    children: list = [[] for _ in range(num_nodes)]
+    return _build(_children(pairs, num_nodes, lambda k: f"edge {k}"), _words(words, num_nodes))
+
+
+def _children(pairs, count: int, where) -> list:
+    """Per node, its children in the order of (parent, child) `pairs`; `where(k)` names pair k
+    in an error."""
+    children: list = [[] for _ in range(count)]
     for k, (parent, child) in enumerate(pairs):
         for x in (parent, child):
-            if not 0 <= x < num_nodes:
-                raise ValueError(f"edge {k} names node {x}, not one of the {num_nodes} nodes")
+            if not 0 <= x < count:
+                raise ValueError(f"{where(k)}: node {x} is not one of the {count} nodes (-1 marks a root)")
         if parent == child:
-            raise ValueError(f"edge {k} joins node {parent} to itself")
+            raise ValueError(f"{where(k)}: node {parent} would be its own parent")
         children[parent].append(child)
-    return _build(children, _words(words, num_nodes))
+    return children

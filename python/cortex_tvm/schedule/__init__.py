@@ -24,10 +24,6 @@ class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimit
                   KernelPrimitives, RecScheduleCore):
     """A schedule of a lowered recursive program (see the module docstring)."""
 
-    def __init__(self, lowered):
-        self._pending_decompose = []
-        super().__init__(lowered)
-
     def build(self, model, target="llvm"):
         """Build this schedule with `model`'s current weights: a callable CompiledModel.
 

@@ -143,12 +143,15 @@ class Step:
         return f"rs.{self.primitive}({args})"
 
 
+#: a block iterator's kind (tvm IterVar.iter_type): data-parallel or a reduction
+SPATIAL, REDUCE = 0, 2
+
+
 class RecScheduleCore:
     """State shared by all primitive families."""
 
-    def __init__(self, lowered: Lowered, model=None):
+    def __init__(self, lowered: Lowered):
         self.lowered = lowered
-        self.model = model                  # needed only by program-level primitives
         self.plan = RuntimePlan()
         self.trace: list = []
         # schedule state, explicit (the trace is the record of what was applied, not state):
@@ -164,9 +167,19 @@ class RecScheduleCore:
         self.persistent_levels = False
         #: primitives applied after which the program can no longer be re-lowered
         self.scheduled: list = []
+        #: (block, loop index) whose reduction init is split off at finalize
+        self._pending_decompose: list = []
         #: primitives running now (one may call another, which is then not recorded)
         self._applying = 0
         self._reset(lowered.mod)
+        # a field missing from _STATE would silently survive a failed primitive's rollback
+        unlisted = {k for k in vars(self) if k not in self._STATE and k not in ("sch", "_applying")}
+        if unlisted:
+            raise AssertionError(f"RecSchedule state {sorted(unlisted)} is not in _STATE")
+
+    def finalize(self):
+        """What the build needs done last (defined by `schedule.RecSchedule`, the final class)."""
+        raise NotImplementedError
 
     # -- state -------------------------------------------------------------------------------
     def _reset(self, mod: tvm.IRModule):
@@ -281,6 +294,19 @@ class RecScheduleCore:
         if func_name is None:
             raise ScheduleError(f"no block named {name!r}; blocks are {self.block_names()}")
         return self.sch.get_sblock(name, func_name)
+
+    def _block_loops(self, block: str, untransformed: bool = True):
+        """(block handle, its loops inside the stage scope, iter types in loop order).
+
+        With `untransformed`, the block must still have one loop per block
+        iterator (no split, fuse or reorder yet), so loops and kinds line up.
+        """
+        b = self._block(block)
+        iters = self.sch.get(b).iter_vars
+        loops = self.sch.get_loops(b)
+        if untransformed and len(loops) != len(iters):
+            raise ScheduleError(f"{block!r} is already transformed (its loops no longer match its iterators)")
+        return b, loops, [iv.iter_type for iv in iters]
 
     # -- trace ---------------------------------------------------------------------------------
     def trace_json(self) -> str:

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import tvm
 import tvm_ffi
 
-from .core import ScheduleError
+from .core import REDUCE, ScheduleError
+from .core import SPATIAL as _SPATIAL
 
-_SPATIAL, REDUCE = 0, 2
 #: iterations per node (`work_per_node`; multiply-adds for a reduction) from which a stage that
 #: is not a weight GEMM runs its nodes across cores (parallel_nodes): a 64 x 64 matrix-vector
 #: product.  A child sum or an elementwise step of the zoo's usual sizes is far below it (a

@@ -26,13 +26,14 @@ import tvm
 from tvm import tirx
 
 from .. import passes
+from .core import REDUCE as _REDUCE
+from .core import SPATIAL as _SPATIAL
 from .core import ScheduleError, primitive
 from .kernels import KernelPrimitives
 from .layout import MIN_DENSE_ROWS
 
 #: blocks of the persistent grid: one per SM of an H100/H200 (132 SMs)
 DEFAULT_GRID = 132
-_SPATIAL, _REDUCE = 0, 2
 
 
 class GpuPrimitives:

@@ -7,26 +7,13 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from .core import REDUCE as _REDUCE
+from .core import SPATIAL as _SPATIAL
 from .core import ScheduleError, primitive, renamed
 from .layout import packed_name
 
-_SPATIAL, _REDUCE = 0, 2
-
 
 class LoopPrimitives:
-
-    def _block_loops(self, block: str, untransformed: bool = True):
-        """(block handle, its loops inside the stage scope, iter types in loop order).
-
-        With `untransformed`, the block must still have one loop per block
-        iterator (no split, fuse or reorder yet), so loops and kinds line up.
-        """
-        b = self._block(block)
-        iters = self.sch.get(b).iter_vars
-        loops = self.sch.get_loops(b)
-        if untransformed and len(loops) != len(iters):
-            raise ScheduleError(f"{block!r} is already transformed (its loops no longer match its iterators)")
-        return b, loops, [iv.iter_type for iv in iters]
 
     @primitive
     def tile_gemm(self, block: str, node_tile: int = 3, column_tile: int = 64, lanes: int = 16,

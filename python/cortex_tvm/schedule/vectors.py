@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import tvm
 
+from .core import REDUCE as _REDUCE
+from .core import SPATIAL as _SPATIAL
 from .core import ScheduleError, primitive
 
-_SPATIAL, _REDUCE = 0, 2
 
 
 class VectorPrimitives:
@@ -19,10 +20,6 @@ class VectorPrimitives:
         if isinstance(extent, tvm.tirx.IntImm) and extent.value % lanes == 0:
             _, vec = sch.split(inner, [None, lanes])
             sch.vectorize(vec)
-
-    def _is_elementwise_over(self, block, rank):
-        kinds = self._block_loops(block, untransformed=False)[2]
-        return len(kinds) == rank and all(k == _SPATIAL for k in kinds)
 
     @primitive
     def vectorize_block(self, block: str, lanes: int = 16):
