@@ -15,6 +15,8 @@ import json
 import os
 import tempfile
 
+import tvm
+
 __all__ = ["file_digest", "seal", "check_seal", "check_files", "target_cpu", "check_cpu", "host_isa"]
 
 #: LLVM x86 feature name -> /proc/cpuinfo flag, for the instruction-set extensions (LLVM's lists
@@ -100,7 +102,6 @@ def load_library(blob: bytes, directory=None):
     """A TVM module from the bytes of a shared library, loaded from a private copy of exactly
     those bytes (so no other writer can change what is mapped; the copy is removed once
     mapped).  `directory`: where to put the copy (default: the system's temporary folder)."""
-    import tvm                  # here: the rest of this module reads files and JSON only
     fd, private = tempfile.mkstemp(suffix=".so", prefix=".load-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -7,6 +7,8 @@ Inference only: no gradients flow through the compiled kernel.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 
@@ -47,7 +49,6 @@ def as_torch(compiled):
         classifier = torch.nn.Linear(H, 5)
         logits = classifier(module(trees))       # (len(trees), 5)
     """
-    import warnings
     warnings.warn(INFERENCE_ONLY, UserWarning, stacklevel=3)
     return _module_class()(compiled)
 

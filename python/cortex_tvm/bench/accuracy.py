@@ -22,9 +22,10 @@ import numpy as np
 
 from .. import data
 from ..models import reference64
-from . import MODELS
+from . import MODELS, torch_worker
 from .cases import TORCH_MODELS, hidden_for, make_model, structures
 from .common import batch_starts
+from .run import write_case
 
 
 def _errors(out, ref) -> dict:
@@ -35,11 +36,9 @@ def _errors(out, ref) -> dict:
 def _torch_bf16(name, model, trees, index, batch):
     """PyTorch by height under bf16 autocast: the roots of every batch, or None without torch."""
     try:
-        import torch
+        import torch              # optional, as in the bench: no torch, no autocast row
     except ImportError:
         return None
-    from . import torch_worker
-    from .run import write_case
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "case.npz")
         write_case(path, model, name, trees, batch, len(index) // batch)
