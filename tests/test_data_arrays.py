@@ -78,3 +78,20 @@ def test_a_shared_node_is_one_node_in_a_dag():
 def test_bad_arrays_are_named(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+def test_torch_edges_as_dgl_and_pyg_hold_them(sst):
+    """DGL: zip(*g.edges()) gives pairs of 0-d tensors; PyG: edge_index (2, E), transposed."""
+    torch = pytest.importorskip("torch")
+    trees, vocab = sst
+    tree = trees[3]
+    parents, words = _to_parents(tree)
+    child = torch.tensor([i for i, p in enumerate(parents) if p >= 0])
+    parent = torch.tensor([p for p in parents if p >= 0])
+    (dgl_style,) = ct.data.from_edges(zip(child, parent), words=torch.tensor(words), direction="child_to_parent")
+    edge_index = torch.stack([parent, child])                   # PyG: row 0 source (the parent), row 1 target
+    (pyg_style,) = ct.data.from_edges(edge_index.t(), words=words, direction="parent_to_child")
+    compiled = ct.models.TreeFC(hidden_size=8, vocab_size=len(vocab)).compile()
+    np.testing.assert_array_equal(compiled([dgl_style, pyg_style]), compiled([tree, tree]))
+    with pytest.raises(ValueError, match="pair of int"):
+        ct.data.from_edges(zip(child.float(), parent.float()), words, direction="child_to_parent")

@@ -438,40 +438,45 @@ def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=No
     if not isinstance(lin, Linearized):
         raise TypeError(f"expected a Linearized, got {type(lin).__name__}")
     lo = np.asarray(lin.level_offsets)
-    if lo.ndim != 1 or len(lo) < 2 or lo[0] != 1 or np.any(np.diff(lo) < 0):
+    if lo.ndim != 1 or len(lo) < 2 or lo[0] != 1 or np.any(lo[1:] < lo[:-1]):
         raise ValueError("level_offsets out of bounds: must start at 1 and never decrease")
     n = int(lo[-1])
-    shapes = {"children": (n, max_children), "num_children": (n,), "words": (n,)}
-    for name, shape in shapes.items():
+    for name, shape in (("children", (n, max_children)), ("num_children", (n,)), ("words", (n,)),
+                        ("roots", None)):
         a = getattr(lin, name)
-        if a.dtype != np.int32 or a.shape != shape:
-            raise ValueError(f"{name} out of bounds: expected int32 {shape}, got {a.dtype} {a.shape}")
-    for name, a, hi in (("children", lin.children, n), ("roots", lin.roots, n),
-                        ("num_children", lin.num_children, max_children + 1),
-                        ("words", lin.words, vocab_size)):
-        if name == "words" and no_word is not None:
-            a = a[a != no_word]
-        if a.dtype != np.int32:
-            raise ValueError(f"{name} out of bounds: expected int32, got {a.dtype}")
-        if a.size and (a.min() < 0 or (hi is not None and a.max() >= hi)):
-            raise ValueError(f"{name} out of bounds: values must lie in [0, {hi}), "
-                             f"got [{a.min()}, {a.max()}]")
-    sizes = np.diff(lo)
+        if a.dtype != np.int32 or (shape is not None and a.shape != shape):
+            raise ValueError(f"{name} out of bounds: expected int32 {shape or ''}, got {a.dtype} {a.shape}")
+    for name, a, hi in (("roots", lin.roots, n), ("num_children", lin.num_children, max_children + 1)):
+        if a.size and (a.min() < 0 or a.max() >= hi):
+            raise ValueError(f"{name} out of bounds: values must lie in [0, {hi}), got [{a.min()}, {a.max()}]")
+    words = lin.words
+    if vocab_size is not None and words.size:
+        outside = (words < 0) | (words >= vocab_size)
+        if no_word is not None:
+            outside &= words != no_word
+        if outside.any():
+            bad = words[outside]
+            raise ValueError(f"words out of bounds: values must lie in [0, {vocab_size}), got [{bad.min()}, "
+                             f"{bad.max()}]")
+        if leaf_words and lo[1] > lo[0] and words[lo[0]:lo[1]].max() >= vocab_size:
+            raise ValueError(f"words: a leaf slot holds {int(words[lo[0]:lo[1]].max())}, outside the vocabulary "
+                             f"[0, {vocab_size}); leaf states are read from a table by word")
+    sizes = lo[1:] - lo[:-1]
     if node_tile > 1 and np.any(sizes % node_tile):
         level = int(np.flatnonzero(sizes % node_tile)[0])
         raise ValueError(f"level_offsets: level {level} has {sizes[level]} slots, not a multiple of the "
                          f"kernel's node tile {node_tile} (its last nodes would not be computed)")
-    level_start = np.repeat(lo[:-1], sizes)                 # per slot 1.., the first slot of its level
-    late = lin.children[1:] >= level_start[:, None]
-    if np.any(late):
+    # slot 0 is the null node, never computed; every other slot's children lie in [0, the first
+    # slot of its own level): inside the buffer and computed before it
+    kids = lin.children[1:]
+    level_start = np.repeat(lo[:-1], sizes)
+    late = kids >= level_start[:, None]
+    if kids.size and (kids.min() < 0 or late.any()):
+        if kids.min() < 0 or kids.max() >= n:
+            raise ValueError(f"children out of bounds: values must lie in [0, {n}), got [{kids.min()}, {kids.max()}]")
         rows, cols = np.nonzero(late)
         slot, j = int(rows[0]) + 1, int(cols[0])
         child = int(lin.children[slot, j])
         raise ValueError(f"children: slot {slot}'s child {j} is slot {child}, which is not in an earlier "
                          f"level (slot {slot}'s level starts at slot {int(level_start[slot - 1])}); a "
                          "child must be computed before its parent")
-    if leaf_words and vocab_size is not None:
-        leaves = lin.words[lo[0]:lo[1]]
-        if leaves.size and (leaves.min() < 0 or leaves.max() >= vocab_size):
-            raise ValueError(f"words: a leaf slot holds {int(leaves.max())}, outside the vocabulary "
-                             f"[0, {vocab_size}); leaf states are read from a table by word")

@@ -93,7 +93,8 @@ BF16_STORAGE = "uint16"
 
 
 def bf16_encode(value):
-    """float32 expression -> its bfloat16 bits (uint16), rounded to nearest, ties to even."""
+    """float32 expression -> its bfloat16 bits (uint16), rounded to nearest, ties to even (for
+    finite values: weights are; `load_weights` refuses NaN and inf)."""
     bits = tirx.reinterpret("uint32", value)
     lsb = (bits >> tirx.const(16, "uint32")) & tirx.const(1, "uint32")
     rounded = bits + tirx.const(0x7FFF, "uint32") + lsb

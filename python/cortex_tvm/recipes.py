@@ -112,7 +112,7 @@ class Recipe:
 #: compile(precision=...): "fp32" (the default) or "bf16" (packed weights stored as bfloat16)
 PRECISIONS = ("fp32", "bf16")
 #: how far a build's roots may be from the float64 reference, by precision: float32 roots
-#: differ by ~1e-7-1e-6, bf16 weights (8 bits of mantissa) move them by up to a few 1e-3
+#: differ by ~1e-7-1e-6, bf16 weights (8 significant bits) move them by up to a few 1e-3
 ROOT_TOLERANCE = {"fp32": 1e-3, "bf16": 1e-2}
 
 
@@ -129,10 +129,11 @@ def check_precision(precision, target) -> str:
 def with_precision(recipe: Recipe, precision: str) -> Recipe:
     """`recipe` followed by `store_bf16()` for precision "bf16" (unchanged for "fp32"; a recipe
     that stores bf16 already is left as it is)."""
-    if precision == recipe.precision or any(step.get("primitive") == "store_bf16" for step in recipe.steps):
+    made_for = "bf16" if any(step.get("primitive") == "store_bf16" for step in recipe.steps) else recipe.precision
+    if precision == made_for:
         return recipe
-    if recipe.precision != "fp32":
-        raise ValueError(f"recipe {recipe.name!r} is made for precision {recipe.precision!r}, not {precision!r}")
+    if made_for != "fp32":
+        raise ValueError(f"recipe {recipe.name!r} is made for precision {made_for!r}, not {precision!r}")
     if recipe.apply_fn is not None:
         inner = recipe.apply_fn
 

@@ -308,3 +308,18 @@ def test_10000_calls_do_not_grow_memory(sst):
         compiled(batches[i % len(batches)], all_nodes=(i % 7 == 0))
     after = proc.memory_info().rss
     assert after < before * 1.05, f"RSS grew from {before / 2**20:.1f} MiB to {after / 2**20:.1f} MiB"
+
+
+def test_the_hoisted_table_read_is_clamped_in_the_kernel(sst):
+    """Where a word may be missing (ChildSum reads words on inner nodes), the kernel's leaf-table
+    read is clamped like index(): even run(check=False) on a leaf holding the marker reads a row
+    of the table (finite states), not the row past its end."""
+    model = ct.models.ChildSumTreeLSTM(hidden_size=H, vocab_size=len(sst[1]), max_children=4)
+    compiled = model.compile()
+    script = compiled.lowered.func.script()
+    assert f"h_table[T.min(word[" in script and f", {len(sst[1]) - 1})" in script
+    lin = compiled.linearize(sst[0][:3])
+    words = lin.words.copy()
+    words[1] = compiled.signature.no_word
+    out, _ = compiled.run(replace(lin, words=words), check=False)
+    assert np.isfinite(out).all()

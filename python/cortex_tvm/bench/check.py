@@ -25,7 +25,7 @@ from ..recipes import ROOT_TOLERANCE
 
 #: the tolerance's scale: float32 roots vs float64 ones (see the module doc)
 TOLERANCE = ROOT_TOLERANCE["fp32"]
-#: systems with bfloat16 weights (8 bits of mantissa: each weight off by up to 2**-9 of itself)
+#: systems with bfloat16 weights (8 significant bits: each weight off by up to 2**-8 of itself)
 #: against the float64 reference of the float32 weights
 BF16_TOLERANCE = ROOT_TOLERANCE["bf16"]
 

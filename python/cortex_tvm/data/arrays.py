@@ -2,8 +2,8 @@
 
     roots = ct.data.from_parents([2, 2, -1], words=[4, 7, -1])      # node 2 has children 0, 1
     src, dst = g.edges()                                               # a DGL tree, edges child -> parent
-    roots = ct.data.from_edges(zip(src.tolist(), dst.tolist()), words=g.ndata["x"].tolist(),
-                               direction="child_to_parent")
+    roots = ct.data.from_edges(zip(src, dst), words=g.ndata["x"], direction="child_to_parent")
+    roots = ct.data.from_edges(edge_index.t(), words=x, direction="parent_to_child")   # PyG: (2, E)
 
 Children keep the order the arrays give them (increasing node index for parent
 arrays, edge order for edge lists): for a binary TreeLSTM that order is left,
@@ -12,6 +12,8 @@ with several parents is shared (a DAG: only DAG models accept it); a cycle, an
 index out of range or a leaf without a word is a ValueError naming the node.
 """
 from __future__ import annotations
+
+import operator
 
 from .node import Node, _is_int
 
@@ -33,6 +35,16 @@ def _words(words, count):
 
 def _as_list(values) -> list:
     return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+def _index(value):
+    """An int node index from a Python, numpy or 0-d torch integer; None for anything else."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _build(children: list, words: list) -> list:
@@ -81,16 +93,17 @@ def from_parents(parents, words=None) -> list:
     parents = _as_list(parents)
     pairs = []
     for i, p in enumerate(parents):
-        if not _is_int(p):
+        if _index(p) is None:
             raise TypeError(f"parents[{i}] must be an int, got {type(p).__name__}")
-        if int(p) != -1:
-            pairs.append((int(p), i))
+        if _index(p) != -1:
+            pairs.append((_index(p), i))
     return _build(_children(pairs, len(parents), lambda k: f"parents[{pairs[k][1]}] = {pairs[k][0]}"),
                   _words(words, len(parents)))
 
 
 def from_edges(edges, words=None, *, direction: str, num_nodes: int | None = None) -> list:
-    """Roots of the structure with the edges ``(u, v)`` given, as networkx, PyG and DGL hold them.
+    """Roots of the structure with the edges ``(u, v)`` given: an iterable of pairs (networkx's
+    ``G.edges``, DGL's ``zip(*g.edges())``, PyG's ``edge_index.t()``; ints, numpy or torch).
 
     direction: "child_to_parent" (u is the child: DGL's TreeLSTM, message-passing order) or
     "parent_to_child" (u is the parent).  num_nodes: the node count (default: one past the
@@ -99,10 +112,10 @@ def from_edges(edges, words=None, *, direction: str, num_nodes: int | None = Non
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     pairs = []
     for k, edge in enumerate(edges):
-        edge = _as_list(edge)
-        if len(edge) != 2 or not all(_is_int(x) for x in edge):
+        edge = [_index(x) for x in _as_list(edge)]
+        if len(edge) != 2 or None in edge:
             raise ValueError(f"edge {k} must be a pair of int node indices, got {edge!r}")
-        u, v = int(edge[0]), int(edge[1])
+        u, v = edge
         pairs.append((v, u) if direction == "child_to_parent" else (u, v))
     if num_nodes is None:
         num_nodes = len(_as_list(words)) if words is not None else 1 + max((max(p) for p in pairs), default=-1)

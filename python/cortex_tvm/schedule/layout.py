@@ -202,7 +202,7 @@ class LayoutPrimitives:
         return self
 
     @primitive
-    def store_bf16(self, weights: tuple = ()):
+    def store_bf16(self, weight: str | None = None):
         """Keep packed weights as bfloat16 in memory; compute with them in float32.
 
         The parameter transform rounds each packed weight to bfloat16 (nearest,
@@ -211,15 +211,18 @@ class LayoutPrimitives:
         registers), so accumulation, states and the epilogue stay float32.
         The weight streams with half the bytes: what bounds a level whose
         nodes are few (batch 1, the top levels of any tree) is reading the
-        weight, not the FMAs.  Accuracy: the model as if its weights were
-        rounded to bfloat16 (a relative error of at most 2**-9 per weight).
+        weight, not the FMAs.  Accuracy: the model as if those weights were
+        rounded to bfloat16 (8 significant bits: a relative error of at most
+        2**-8 per weight).
 
-        Requires: the weights packed (pack) and float32; `weights` empty means
-        every packed weight.
+        Requires: the weight packed (pack) and float32; `weight` None means
+        every packed weight the kernel reads (one that only the parameter
+        transform reads, such as the weights of hoisted leaf tables, gains
+        nothing from fewer bytes and keeps float32).
 
         Parameters
         ----------
-        weights : tuple of str   names of packed weights (e.g. ("U",)); () for all
+        weight : str or None   a packed weight (e.g. "U"); None for every one the kernel reads
 
         Returns
         -------
@@ -227,7 +230,8 @@ class LayoutPrimitives:
 
         Raises
         ------
-        ScheduleError  a weight that is not packed, or stored as bfloat16 already
+        ScheduleError  a weight that is not packed, or stored as bfloat16 already; None and
+                       no packed weight the kernel reads
 
         Examples
         --------
@@ -244,7 +248,8 @@ class LayoutPrimitives:
         + (bits >> 16 & 1)) >> 16)`` with ``bits = T.reinterpret("uint32", U[...])``.
         """
         packed = [p[0] for p in self.plan.packs]
-        chosen = list(weights) or packed
+        in_kernel = {p.name for p in self.func.params}
+        chosen = [weight] if weight is not None else [name for name in packed if packed_name(name) in in_kernel]
         for name in chosen:
             if name not in packed:
                 raise ScheduleError(f"store_bf16: {name!r} is not packed; packed weights are {packed} "
@@ -252,7 +257,8 @@ class LayoutPrimitives:
             if name in self.plan.bf16_weights:
                 raise ScheduleError(f"store_bf16: {name!r} is stored as bfloat16 already")
         if not chosen:
-            raise ScheduleError("store_bf16: no weight is packed; pack the GEMM weights first")
+            raise ScheduleError("store_bf16: no packed weight is read by the kernel "
+                                f"(packed: {packed or 'none'}); pack the GEMM weights first")
         functions = self._functions()
         for name in chosen:
             for fname, func in list(functions.items()):

@@ -94,7 +94,10 @@ class ProgramPrimitives:
         for state in program.states:
             table = ra.weight(f"{state.name}_table", (word.bound,) + state.shape, state.dtype)
             tables[state] = table
-            leaf[state] = ra.compute(state.shape, lambda *i, t=table: t[(word[n],) + i], name=f"{state.name}_leaf")
+            # index(): clamped where the input may be missing, so a leaf slot holding the marker
+            # reads a row of the table, never the row past it (run() refuses such a slot anyway)
+            leaf[state] = ra.compute(state.shape, lambda *i, t=table: t[(word.index(n),) + i],
+                                     name=f"{state.name}_leaf")
         hoisted = ra.RecProgram(program.spec, program.states, leaf, program.internal)
         self._relower(lower(hoisted, specialize_leaves=True, tables=(program, word, tables)))
         self.plan = replace(self.plan, hoisted=tuple((s.name, tables[s].name) for s in program.states))
