@@ -438,7 +438,10 @@ def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=No
     if not isinstance(lin, Linearized):
         raise TypeError(f"expected a Linearized, got {type(lin).__name__}")
     lo = np.asarray(lin.level_offsets)
-    if lo.ndim != 1 or len(lo) < 2 or lo[0] != 1 or np.any(lo[1:] < lo[:-1]):
+    if lo.ndim != 1 or len(lo) < 2 or lo.dtype != np.int32 or lo[0] != 1:
+        raise ValueError("level_offsets out of bounds: must be int32, start at 1 and never decrease")
+    sizes = lo[1:] - lo[:-1]
+    if sizes.min() < 0:
         raise ValueError("level_offsets out of bounds: must start at 1 and never decrease")
     n = int(lo[-1])
     for name, shape in (("children", (n, max_children)), ("num_children", (n,)), ("words", (n,)),
@@ -446,23 +449,30 @@ def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=No
         a = getattr(lin, name)
         if a.dtype != np.int32 or (shape is not None and a.shape != shape):
             raise ValueError(f"{name} out of bounds: expected int32 {shape or ''}, got {a.dtype} {a.shape}")
-    for name, a, hi in (("roots", lin.roots, n), ("num_children", lin.num_children, max_children + 1)):
-        if a.size and (a.min() < 0 or a.max() >= hi):
-            raise ValueError(f"{name} out of bounds: values must lie in [0, {hi}), got [{a.min()}, {a.max()}]")
+
+    # a negative int32 seen as uint32 is >= 2**31, so one max() checks both ends of a range
+    def above(a, hi) -> bool:
+        return a.size > 0 and int(a.view(np.uint32).max()) >= hi
+
+    def out_of_bounds(name, a, hi):
+        return ValueError(f"{name} out of bounds: values must lie in [0, {hi}), got [{a.min()}, {a.max()}]")
+
+    if above(lin.roots, n):
+        raise out_of_bounds("roots", lin.roots, n)
+    if above(lin.num_children, max_children + 1):
+        raise out_of_bounds("num_children", lin.num_children, max_children + 1)
     words = lin.words
-    if vocab_size is not None and words.size:
-        outside = (words < 0) | (words >= vocab_size)
-        if no_word is not None:
-            outside &= words != no_word
-        if outside.any():
-            bad = words[outside]
-            raise ValueError(f"words out of bounds: values must lie in [0, {vocab_size}), got [{bad.min()}, "
-                             f"{bad.max()}]")
-        if leaf_words and lo[1] > lo[0] and words[lo[0]:lo[1]].max() >= vocab_size:
+    if vocab_size is not None:
+        # the no-word marker (vocab_size itself, for models that read inner words) is allowed
+        allowed = vocab_size + 1 if no_word == vocab_size else vocab_size
+        if above(words, allowed) and (no_word is None or no_word == vocab_size
+                                      or np.any((words != no_word) & ((words < 0) | (words >= vocab_size)))):
+            bad = words[(words != no_word) & ((words < 0) | (words >= vocab_size))] if no_word is not None else words
+            raise out_of_bounds("words", bad, vocab_size)
+        if leaf_words and above(words[lo[0]:lo[1]], vocab_size):
             raise ValueError(f"words: a leaf slot holds {int(words[lo[0]:lo[1]].max())}, outside the vocabulary "
                              f"[0, {vocab_size}); leaf states are read from a table by word")
-    sizes = lo[1:] - lo[:-1]
-    if node_tile > 1 and np.any(sizes % node_tile):
+    if node_tile > 1 and (sizes % node_tile).any():
         level = int(np.flatnonzero(sizes % node_tile)[0])
         raise ValueError(f"level_offsets: level {level} has {sizes[level]} slots, not a multiple of the "
                          f"kernel's node tile {node_tile} (its last nodes would not be computed)")
@@ -470,8 +480,8 @@ def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=No
     # slot of its own level): inside the buffer and computed before it
     kids = lin.children[1:]
     level_start = np.repeat(lo[:-1], sizes)
-    late = kids >= level_start[:, None]
-    if kids.size and (kids.min() < 0 or late.any()):
+    late = kids.view(np.uint32) >= level_start[:, None]
+    if late.any():
         if kids.min() < 0 or kids.max() >= n:
             raise ValueError(f"children out of bounds: values must lie in [0, {n}), got [{kids.min()}, {kids.max()}]")
         rows, cols = np.nonzero(late)
