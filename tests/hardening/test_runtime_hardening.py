@@ -329,9 +329,11 @@ def test_every_array_the_kernel_reads_is_cache_line_aligned(sst, fc):
     """numpy aligns to 16 bytes only; a packed weight at a 48-byte offset splits every other
     32-byte load across two cache lines (a 20-25% slower kernel, depending on the allocation)."""
     from cortex_tvm.runtime import ALIGN, aligned, aligned_empty
-    for shape, dtype in (((3, 5), np.float32), ((7,), np.uint16), ((0, 4), np.float32)):
+    for shape, dtype in (((3, 5), np.float32), ((7,), np.uint16), ((1000, 3), np.float32)):
         a = aligned_empty(shape, dtype)
         assert a.shape == shape and a.dtype == dtype and a.ctypes.data % ALIGN == 0 and a.flags.c_contiguous
+    empty = aligned_empty((0, 4), np.float32)              # no bytes to align: only the shape matters
+    assert empty.shape == (0, 4) and empty.dtype == np.float32
     odd = np.zeros(33, np.float32)[1:]                       # 4 bytes past an allocation
     assert aligned(odd).ctypes.data % ALIGN == 0 and np.array_equal(aligned(odd), odd)
     _, compiled = fc
