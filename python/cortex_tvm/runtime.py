@@ -27,14 +27,20 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
+def aligned_copy(array, dtype=None) -> np.ndarray:
+    """A C-contiguous, ALIGN-byte aligned copy of `array` (as `dtype`), made in one pass."""
+    array = np.asarray(array)
+    out = aligned_empty(array.shape, dtype or array.dtype)
+    out[...] = array
+    return out
+
+
 def aligned(array) -> np.ndarray:
     """`array` itself when C-contiguous and aligned, else an aligned copy."""
     array = np.asarray(array)
     if array.flags.c_contiguous and array.ctypes.data % ALIGN == 0:
         return array
-    out = aligned_empty(array.shape, array.dtype)
-    out[...] = array
-    return out
+    return aligned_copy(array)
 
 
 def kernel_weights(executable, signature, model_weights: dict, put=aligned) -> list:
@@ -59,7 +65,7 @@ def kernel_weights(executable, signature, model_weights: dict, put=aligned) -> l
 def model_weight_arrays(model, signature) -> dict:
     """The model's weights the kernel needs (`signature.model_weights`), as float copies:
     the model's later edits stay out."""
-    return {name: aligned(np.array(model.weights[name], dtype=dtype, order="C", copy=True))
+    return {name: aligned_copy(model.weights[name], dtype)
             for name, _, dtype in signature.model_weights()}
 
 
@@ -139,7 +145,7 @@ class CompiledModel:
         if ws.states is None or ws.states[0].shape[0] < num_slots:
             capacity = max(1024, 1 << (num_slots - 1).bit_length())
             # zeros: slot 0 is the null node and is never written by the kernel
-            ws.states = [aligned(np.zeros((capacity,) + shape, dtype)) for _, shape, dtype in self._states]
+            ws.states = [aligned_copy(np.zeros((capacity,) + shape, dtype)) for _, shape, dtype in self._states]
         return [s[:num_slots] for s in ws.states]
 
     def run(self, lin: _linearize.Linearized, check: bool = True):
