@@ -242,3 +242,24 @@ def test_chain_tree_is_deep_and_left_leaning():
 
 def test_data_module_has_epoch_counter():
     assert isinstance(data.current_epoch(), int)
+
+
+def test_treebank_like_trees_have_sst_shapes():
+    """Generated cost-model trees: SST dev's leaf counts and about its depth, binary, in the
+    vocabulary, deterministic per seed."""
+    def height(t):
+        return 0 if t.is_leaf else 1 + max(height(c) for c in t.children)
+    sst, _ = data.sst_sample()
+    trees = data.treebank_like(300, seed=4, vocab_size=50)
+    assert len(trees) == 300
+    nodes = [n for t in trees for n in data.postorder(t)]
+    assert all(n.is_leaf or len(n.children) == 2 for n in nodes)
+    assert all(0 <= n.word < 50 for n in nodes if n.is_leaf)
+    leaves = [sum(n.is_leaf for n in data.postorder(t)) for t in trees]
+    sst_leaves = [sum(n.is_leaf for n in data.postorder(t)) for t in sst]
+    assert abs(np.mean(leaves) - np.mean(sst_leaves)) < 2.0                       # 19.3 in SST dev
+    assert abs(np.mean([height(t) for t in trees]) - np.mean([height(t) for t in sst])) < 1.5   # 9.9
+    again = data.treebank_like(300, seed=4, vocab_size=50)
+    assert [data.postorder(t)[0].word for t in again] == [data.postorder(t)[0].word for t in trees]
+    with pytest.raises(ValueError, match="right_merge must be in"):
+        data.treebank_like(3, right_merge=1.5)

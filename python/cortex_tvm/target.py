@@ -10,6 +10,7 @@ here instead of parsing target strings itself.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from tvm.target import Target, codegen
@@ -108,6 +109,55 @@ def cpu_info(target) -> CpuInfo:
         lanes, registers, isa = 4, 16, "sse"
     cores = int(target.attrs.get("num-cores", 0) or config.load().num_threads)
     return CpuInfo(lanes, registers, max(1, cores), isa, str(target.attrs.get("mcpu", "")))
+
+
+#: (L1 data, L2, L3) bytes assumed where the host does not say (a common x86 server core)
+DEFAULT_CACHES = (32 * 1024, 1024 * 1024, 32 * 1024 * 1024)
+
+
+def host_caches() -> tuple:
+    """(L1 data, L2, L3) bytes of this host's first CPU, from sysfs (DEFAULT_CACHES where absent)."""
+    found = {}
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        return DEFAULT_CACHES
+    for entry in entries:
+        try:
+            with open(os.path.join(root, entry, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(root, entry, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(root, entry, "size")) as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction":
+            continue
+        scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:], 1)
+        found[level] = int(text.rstrip("KMG")) * scale
+    return tuple(found.get(level, default) for level, default in zip((1, 2, 3), DEFAULT_CACHES))
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What a cost model needs to know of the CPU a kernel runs on: the target's vector lanes,
+    registers and cores, and the caches of the machine that runs it (bytes per core for L1 and
+    L2, the shared L3)."""
+    lanes: int
+    registers: int
+    cores: int
+    l1: int
+    l2: int
+    l3: int
+
+    @classmethod
+    def of(cls, target, caches=None) -> "Machine":
+        """The target's CPU facts with `caches` (l1, l2, l3), by default this host's."""
+        info = cpu_info(target)
+        l1, l2, l3 = caches or host_caches()
+        return cls(info.lanes, info.registers, info.cores, int(l1), int(l2), int(l3))
 
 
 def host_features() -> set:

@@ -144,6 +144,36 @@ def test_eight_threads_200_calls_each_equal_serial(sst, fc):
     assert not errors and not mismatches
 
 
+@pytest.mark.parametrize("name", ["TreeFC", "TreeLSTM"])
+def test_eight_threads_make_the_first_call_of_a_fresh_compiled_model_at_once(sst, name):
+    """Whatever a CompiledModel sets up on its first call (state buffers per thread, the
+    roots' output) is set up under contention here: eight threads start together on a
+    model no thread has called, each on its own batch, and each gets the serial answer."""
+    trees = sst[0]
+    model = getattr(ct.models, name)(hidden_size=H, vocab_size=len(sst[1]), seed=21)
+    batches = [trees[40 * i:40 * i + 1 + 3 * i] for i in range(8)]
+    expected = [model.compile()(b) for b in batches]          # another CompiledModel, serially
+    fresh = model.compile()
+    results, errors = [None] * 8, []
+    barrier = threading.Barrier(8)
+
+    def first_call(i):
+        try:
+            barrier.wait()
+            results[i] = fresh(batches[i])
+        except Exception as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=first_call, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads) and not errors
+    for got, want in zip(results, expected):
+        np.testing.assert_array_equal(got, want)
+
+
 # ------------------------------------------------------------------ compile cache
 
 def test_same_model_twice_reuses_build_and_calls_never_recompile(sst):

@@ -10,13 +10,13 @@ import cortex_tvm as ct
 from cortex_tvm import recipes
 from cortex_tvm.padding import compiled_form
 from cortex_tvm.tune import pretrained
-from cortex_tvm.tune.features import FEATURES, ProgramFacts, WorkloadStats, derived_vector
+from cortex_tvm.tune.program_features import FEATURES
 
 pytest.importorskip("xgboost")
 DATA = os.path.join(os.path.dirname(ct.__file__), "..", "..", "tuning", "cost_data.jsonl")
 
 
-def test_a_model_ships_and_compile_uses_its_choice(fc32):
+def test_a_model_ships_and_compile_ranked_uses_its_choice(fc32):
     assert pretrained.shipped_booster() is not None
     target = ct.make_target("llvm")
     kernel_model = compiled_form(fc32, target)
@@ -26,12 +26,25 @@ def test_a_model_ships_and_compile_uses_its_choice(fc32):
     assert ct.tune.TuningPoint.of(**chosen.knob_values()) in pretrained.candidates(derived)
     fresh = ct.models.TreeFC(hidden_size=24, vocab_size=37, seed=11)   # sizes no other test builds
     before = ct.compile_count()
-    compiled = fresh.compile()
+    compiled = fresh.compile(schedule="ranked")
     assert ct.compile_count() - before == 1            # one build: nothing was measured
     assert compiled.recipe_name == "derived"
     kernel_model = compiled_form(fresh, target)
-    assert [s["args"] for s in compiled.trace if s["primitive"] == "tile_gemm"][0]["node_tile"] == \
-        pretrained.choose(recipes.resolve(kernel_model, target, None), kernel_model, target).knob_values()["node_tile"]
+    picked = pretrained.choose(recipes.resolve(kernel_model, target, None), kernel_model, target).knob_values()
+    assert [s["args"] for s in compiled.trace if s["primitive"] == "tile_gemm"][0]["node_tile"] == picked["node_tile"]
+
+
+def test_compile_without_a_log_takes_the_analytic_point_and_ranks_nothing(monkeypatch):
+    """The rule's point, not the model's: held out, the model's pick is no better (docs/tuning.md)
+    and ranking applies every candidate's schedule."""
+    monkeypatch.setattr(pretrained, "_rank", lambda *a: pytest.fail("compile() ranked candidates"))
+    model = ct.models.TreeFC(hidden_size=24, vocab_size=37, seed=12)
+    compiled = model.compile()
+    target = ct.make_target("llvm")
+    rule = recipes.resolve(compiled_form(model, target), target, None).knob_values()
+    assert [s["args"] for s in compiled.trace if s["primitive"] == "tile_gemm"][0]["node_tile"] == rule["node_tile"]
+    with pytest.raises(ValueError, match="ranks the derived CPU schedule"):
+        model.compile(target="cuda", schedule="ranked")
 
 
 @pytest.mark.parametrize("name", ["SeqGRU", "DAGRNN", "ChildSumTreeLSTM"])
@@ -45,27 +58,27 @@ def test_typical_batch_fits_every_structure(name):
 def test_ranks_configurations_of_held_out_models():
     rows = pretrained.load_runs([DATA], drop_disturbed=False)    # tested on every measurement
     report = pretrained.held_out_report(rows, "model", out=io.StringIO())
-    spearman = [rho for rho, _, _ in report.values()]
-    regret = [pick for _, pick, _ in report.values()]
-    assert np.mean(spearman) > 0.4, report
-    assert np.mean(regret) < 0.15, report          # its pick within 15% of each group's best, on average
+    spearman = [rho for rho, _, _, _ in report.values()]
+    taken = [guarded for _, _, guarded, _ in report.values()]
+    rule = [default for _, _, _, default in report.values()]
+    assert np.mean(spearman) > 0.5, report
+    # what compile() takes is within 12% of each group's best on average, and no worse than the
+    # analytic rule by more than the measurements' own noise (a point re-timed varies 3-4%)
+    assert np.mean(taken) < 0.12, report
+    assert np.mean(taken) <= np.mean(rule) + 0.01, report
 
 
-def test_cost_data_recorded_before_persistent_threads_reads_as_a_fork_per_level(tmp_path):
+def test_cost_data_with_another_feature_set_is_refused_and_invalid_points_left_out(tmp_path):
+    """Rows whose features another version of the extractor wrote would be read as different
+    features: refused, pointing at --refeature.  A point whose schedule did not apply has no
+    features (None) and is left out."""
     import json
-    stats = WorkloadStats(64, 64, 10, 300.0, 20.0, 15.0, 60.0, 12.0)
-    facts = ProgramFacts(((5, 64, 128, False),), 8, 16, 2)
-    knobs = {"node_tile": 2, "max_column_vectors": 4, "lanes": 8, "k_unroll": 8, "hoist": True,
-             "parallel_columns": True, "unroll_depth": 1}
-    old = derived_vector(knobs, facts, stats)
-    assert len(old) == FEATURES and old[-1] == 0.0
-    assert derived_vector({**knobs, "persistent_threads": True}, facts, stats) == old[:-1] + [1.0]
     path = tmp_path / "runs.jsonl"
-    path.write_text(json.dumps({"group": "g/1", "key": "a", "seconds": 1.0, "features": old[:-1]}) + "\n")
-    (row,) = pretrained.load_runs([path])
-    assert row["features"] == old
-    path.write_text(json.dumps({"group": "g/1", "key": "a", "seconds": 1.0, "features": old[:-3]}) + "\n")
-    with pytest.raises(ValueError, match=f"has {FEATURES - 3} features; this version has {FEATURES}"):
+    row = {"group": "g/1/x/1/sst", "key": "a", "seconds": 1.0, "features": [0.0] * FEATURES}
+    path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "key": "b", "features": None}) + "\n")
+    assert [r["key"] for r in pretrained.load_runs([path])] == ["a"]
+    path.write_text(json.dumps({**row, "features": [0.0] * 27}) + "\n")
+    with pytest.raises(ValueError, match=f"has 27 features; this version has {FEATURES}.*--refeature"):
         pretrained.load_runs([path])
 
 
@@ -80,13 +93,18 @@ def test_a_disturbed_point_is_dropped_and_its_group_kept(tmp_path):
     assert sorted(r["key"] for r in pretrained.load_runs([path])) == ["a", "b", "c", "d"]
 
 
-def test_the_shipped_pick_for_treelstm_h512_as_avx2_code_keeps_two_nodes_per_tile():
-    """The case that trained the lesson: without sizes above 256 in its data the model picked a
-    node tile of 1 here (10.0 ms against 6.7 ms for 2 nodes per tile, docs/tuning.md)."""
+@pytest.mark.skipif(not os.path.exists(DATA), reason="the measurements live in the source tree")
+def test_treelstm_h512_as_avx2_code_keeps_two_nodes_per_tile_with_no_h512_in_training():
+    """The case that trained the lesson: without sizes above 256 in its data the knob-featured
+    model picked a node tile of 1 here (10.0 ms against 6.7 ms for 2 nodes per tile,
+    docs/tuning.md).  A model trained on program features with every H=512 row held out
+    still keeps 2 nodes per tile: the bytes per thread against the caches carry over."""
+    rows = [r for r in pretrained.load_runs([DATA]) if r["group"].split("/")[1] != "512"]
+    booster = pretrained.train(rows)
     target = ct.make_target({"kind": "llvm", "mcpu": "haswell"})
     kernel_model = compiled_form(ct.models.TreeLSTM(hidden_size=512, vocab_size=100), target)
-    chosen = pretrained.choose(recipes.resolve(kernel_model, target, None), kernel_model, target)
-    assert chosen.knob_values()["node_tile"] == 2
+    chosen = pretrained.choice(recipes.resolve(kernel_model, target, None), kernel_model, target, booster)
+    assert chosen.as_dict()["node_tile"] == 2
 
 
 def test_tune_ranks_with_the_kernels_padded_sizes(monkeypatch, trees):
@@ -133,11 +151,23 @@ def test_cost_data_collect_writes_one_row_per_point_and_resumes(tmp_path):
     import json
     from cortex_tvm.bench.cost_data import collect
     out = tmp_path / "runs.jsonl"
-    collect(str(out), ["treefc"], [16], ["native"], batch_sizes=(2,), points=2, repeats=1, progress=None)
+    from cortex_tvm.bench.cost_data import cpu_name, refeature
+    out = tmp_path / "runs.jsonl"
+    collect(str(out), ["treefc"], [16], ["native"], batch_sizes=(2,), points=2, repeats=1, trees="generated",
+            progress=None)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 2 and sum(r["default"] for r in rows) == 1
-    assert all(r["group"] == "treefc/16/native/2" and r["error"] is None and r["seconds"] > 0 for r in rows)
+    group = f"treefc/16/{cpu_name('native')}/2/generated"
+    assert all(r["group"] == group and r["error"] is None and r["seconds"] > 0 for r in rows)
     assert all(len(r["features"]) == FEATURES and r["timings"][0] > 0 for r in rows)
-    assert all(r["features"][18] == 16.0 for r in rows)          # the kernel's hidden size
-    collect(str(out), ["treefc"], [16], ["native"], batch_sizes=(2,), points=2, repeats=1, progress=None)
+    assert all(r["stats"]["hidden"] == 16 and r["machine"]["cores"] >= 1 for r in rows)   # the kernel's size
+    collect(str(out), ["treefc"], [16], ["native"], batch_sizes=(2,), points=2, repeats=1, trees="generated",
+            progress=None)
     assert len(out.read_text().splitlines()) == 2                 # nothing measured twice
+    again = refeature(rows, progress=None)                        # from the rows' own machine and stats
+    assert [r["features"] for r in again] == [r["features"] for r in rows]
+    legacy = {k: v for k, v in rows[0].items() if k not in ("machine", "stats")}
+    legacy["group"] = "treefc/16/native/2"                        # how rows were named before
+    (renamed,) = refeature([legacy], progress=None)
+    assert renamed["group"] == "treefc/16/znver4/2/sst" and renamed["machine"]["l2"] == 1024 * 1024
+    assert renamed["key"].startswith("treefc/16/znver4/2/sst/") and len(renamed["features"]) == FEATURES

@@ -1,8 +1,8 @@
 """One knob of the derived schedule, on and off, timed alternately in one process (a benchmark
 that prints, not a test): `python -m cortex_tvm.bench.knob_ab --knob persistent_threads=true`.
 
-Both builds start from what `compile()` picks without a tuning log (the shipped cost model's
-choice); the second sets the knob.  Every batch of both is checked against the float64
+Both builds start from what `compile()` builds without a tuning log (the derived schedule at
+its analytic point); the second sets the knob.  Every batch of both is checked against the float64
 reference first.  The figure is the mean over batches of each batch's best time, best of
 `--rounds` rounds, the two builds alternating round by round.
 """
@@ -19,7 +19,6 @@ from ..models import reference64
 from ..padding import compiled_form
 from ..target import make_target
 from ..timing import batches_of, best_of
-from ..tune.pretrained import choose
 from .cases import MODEL_CLASSES, make_model, structures
 
 
@@ -38,7 +37,7 @@ def builds(name, hidden, knob, target):
     model = make_model(name, hidden, len(vocab))
     tgt = make_target(target)
     kernel_model = compiled_form(model, tgt)
-    default = choose(recipes.resolve(kernel_model, tgt, None), kernel_model, tgt)
+    default = recipes.resolve(kernel_model, tgt, None)      # what compile() builds without a log
     if knob[0] not in default.knobs:
         raise SystemExit(f"knob_ab: the derived schedule has no knob {knob[0]!r}; it has {sorted(default.knobs)}")
     flipped = default.with_knobs(**dict([knob]))

@@ -12,7 +12,8 @@
 from .arrays import from_edges, from_parents
 
 from .conllu import conllu_sample, load_conllu, parse_conllu
-from .generate import chain_tree, fold_words, grid_dag, random_trees, sequence, sequence_positions, sequences
+from .generate import (chain_tree, fold_words, grid_dag, random_trees, sequence, sequence_positions, sequences,
+                       treebank_like)
 from .node import Node, _is_int, current_epoch, dag_postorder, postorder
 from .ptb import load_ptb, parse_ptb, sst_sample
 
@@ -25,6 +26,7 @@ __all__ = [
     "parse_ptb",
     "load_ptb",
     "sst_sample",
+    "treebank_like",
     "parse_conllu",
     "load_conllu",
     "conllu_sample",

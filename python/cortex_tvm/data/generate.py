@@ -11,8 +11,9 @@ from typing import Sequence, Union
 import numpy as np
 
 from .node import Node, _is_int, postorder
+from .ptb import sst_sample
 
-__all__ = ["random_trees", "chain_tree", "sequence", "sequences", "sequence_positions", "grid_dag"]
+__all__ = ["random_trees", "treebank_like", "chain_tree", "sequence", "sequences", "sequence_positions", "grid_dag"]
 
 
 def _check_positive_int(name: str, value, minimum: int) -> int:
@@ -49,6 +50,31 @@ def random_trees(count: int, leaves: Union[int, Sequence[int]], seed: int = 0,
         items = [Node(word=int(w)) for w in rng.integers(0, vocab_size, n)]
         for r in rng.random(n - 1):
             i = int(r * (len(items) - 1))  # merge items[i] and items[i + 1]
+            items[i:i + 2] = [Node(children=[items[i], items[i + 1]])]
+        trees.append(items[0])
+    return trees
+
+
+def treebank_like(count: int, seed: int = 0, vocab_size: int = 100, right_merge: float = 0.4) -> list:
+    """``count`` random binary trees shaped like treebank parses, not copies of any.
+
+    Leaf counts are drawn from the bundled SST dev trees' (mean 19, 5-95% 6-35).  Each tree
+    merges adjacent subtrees as `random_trees` does, but with probability `right_merge` the
+    two rightmost, which gives parse trees' right-branching depth: mean height 9.6 (5-95%
+    4-17) against SST dev's 9.9 (4-16) at the default.  Deterministic for a given seed.
+    """
+    count = _check_positive_int("count", count, 0)
+    vocab_size = _check_positive_int("vocab_size", vocab_size, 1)
+    if not 0.0 <= right_merge <= 1.0:
+        raise ValueError(f"right_merge must be in [0, 1], got {right_merge}")
+    sst, _ = sst_sample()
+    leaf_counts = [sum(1 for n in postorder(t) if n.is_leaf) for t in sst]
+    rng = np.random.default_rng(seed)
+    trees = []
+    for n in rng.choice(leaf_counts, count):
+        items = [Node(word=int(w)) for w in rng.integers(0, vocab_size, int(n))]
+        while len(items) > 1:
+            i = len(items) - 2 if rng.random() < right_merge else int(rng.random() * (len(items) - 1))
             items[i:i + 2] = [Node(children=[items[i], items[i + 1]])]
         trees.append(items[0])
     return trees

@@ -149,8 +149,9 @@ class Model:
                 precision="fp32"):
         """Lower, schedule and build; the result is called on a list of trees.
 
-        schedule: a recipe name from `cortex_tvm.schedules` (default: the best
-        for this model and target) or a callable taking a RecSchedule.
+        schedule: a recipe name from `cortex_tvm.schedules` (default: the derived schedule for
+        this model and target at its analytic point), "ranked" (the knobs the shipped cost
+        model ranks first, unmeasured) or a callable taking a RecSchedule.
         bounds_check=True: validate the linearized arrays on every call too (`run(lin)` always does).
         precision="bf16": the packed GEMM weights are kept as bfloat16 (half the bytes a level
         streams), states and accumulation stay float32; "fp32" (the default) keeps float32.

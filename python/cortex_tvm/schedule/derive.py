@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import tvm
 import tvm_ffi
 
+from ..plan import FUNC_NAME
 from .core import REDUCE, ScheduleError
 from .core import SPATIAL as _SPATIAL
 
@@ -176,15 +177,7 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
            unroll_depth: int = 1, persistent_threads: bool = False):
     """Apply the derived schedule to a fresh RecSchedule (see the module docstring); returns rs."""
     lanes = lanes or info.lanes
-    rs.specialize_leaves()
-    if hoist and _leaves_compute(rs):
-        try:
-            rs.hoist()
-        except ScheduleError:
-            pass               # the leaves read more than a word, or the tables are too large
-    rs.fast_math()
-    rs.pad_levels(node_tile)
-    found = gemms(rs)
+    found = _prepare(rs, node_tile, hoist)
     tiles = weight_tiles(found, node_tile, lanes, info.registers, max_column_vectors)
     for weight, tile in sorted(tiles.items()):
         if tile is not None:
@@ -220,6 +213,46 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
     if persistent_threads:
         rs.persistent_threads()        # refused (the point is invalid) without a parallel stage
     return rs
+
+
+def _prepare(rs, node_tile: int, hoist: bool) -> list:
+    """derive's first steps (leaves specialized, maybe hoisted, fast math, levels padded): the GEMMs."""
+    rs.specialize_leaves()
+    if hoist and _leaves_compute(rs):
+        try:
+            rs.hoist()
+        except ScheduleError:
+            pass               # the leaves read more than a word, or the tables are too large
+    rs.fast_math()
+    rs.pad_levels(node_tile)
+    return gemms(rs)
+
+
+def distinct_points(points, make_schedule, info) -> list:
+    """The points of `points` (knob dicts) whose derived kernels differ, first of each kept.
+
+    `max_column_vectors` is a cap: where the register file clamps two caps to the same column
+    tiles of the kernel's GEMMs, the two points give one kernel (a hoisted leaf table's tile,
+    computed once at load, may still differ).  Telling that apart costs derive's first steps
+    once per (node tile, hoist), not a whole schedule per point."""
+    found, seen, out = {}, set(), []
+    for knobs in points:
+        nt, hoist = int(knobs.get("node_tile", 3)), bool(knobs.get("hoist", True))
+        if (nt, hoist) not in found:
+            rs = make_schedule()
+            gemms_found = _prepare(rs, nt, hoist)
+            # a hoisted leaf table is computed once from the weights, outside the kernel
+            kernel = {g.weight for g in gemms_found if rs._function_of(g.block) == FUNC_NAME}
+            found[(nt, hoist)] = (gemms_found, kernel)
+        gemms_found, kernel = found[(nt, hoist)]
+        lanes = knobs.get("lanes") or info.lanes
+        tiles = weight_tiles(gemms_found, nt, lanes, info.registers, int(knobs.get("max_column_vectors", 4)))
+        key = (tuple(sorted((k, v) for k, v in knobs.items() if k != "max_column_vectors")),
+               tuple(sorted((w, t) for w, t in tiles.items() if w in kernel)))
+        if key not in seen:
+            seen.add(key)
+            out.append(knobs)
+    return out
 
 
 def work_per_node(rs, name: str) -> int:

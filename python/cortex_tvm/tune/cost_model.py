@@ -10,7 +10,9 @@ import json
 
 import numpy as np
 
+from ..target import Machine
 from .features import WorkloadStats, featurize
+from .program_features import FEATURES, program_vector
 
 PARAMS = {"objective": "rank:pairwise", "eta": 0.2, "max_depth": 4, "min_child_weight": 0.0,
           "subsample": 1.0, "lambda": 1.0, "verbosity": 0, "nthread": 1}
@@ -19,8 +21,11 @@ PARAMS = {"objective": "rank:pairwise", "eta": 0.2, "max_depth": 4, "min_child_w
 class CostModel:
     """`update(points, latencies)` trains; `predict(points)` scores (higher = faster)."""
 
-    def __init__(self, stats: WorkloadStats, rounds: int = 60, seed: int = 0, facts=None, prior=None):
-        self.stats, self.rounds, self.seed, self.facts = stats, rounds, seed, facts
+    def __init__(self, stats: WorkloadStats, rounds: int = 60, seed: int = 0, featurizer=None, prior=None):
+        """featurizer: points -> (n, F) features (`SpaceFeaturizer` for the derived schedule);
+        None: the knob features of `features.featurize`."""
+        self.stats, self.rounds, self.seed = stats, rounds, seed
+        self.featurizer = featurizer or (lambda points: featurize(points, stats))
         #: a pre-trained booster (the shipped model) to start from: predictions before the first
         #: update come from it, and updates continue its trees
         self._prior = self._booster = prior
@@ -35,7 +40,7 @@ class CostModel:
         keep = [(p, t) for p, t in zip(points, latencies) if np.isfinite(t)]
         if len(keep) < 2:
             return self
-        x = featurize([p for p, _ in keep], self.stats, self.facts)
+        x = self.featurizer([p for p, _ in keep])
         # relevance: faster is more relevant; -log keeps ratios, not seconds, meaningful
         y = -np.log(np.array([t for _, t in keep], dtype=np.float64))
         data = xgb.DMatrix(x, label=y)
@@ -49,7 +54,7 @@ class CostModel:
         if not self.trained or not points:
             return np.zeros(len(points))
         import xgboost as xgb
-        return self._booster.predict(xgb.DMatrix(featurize(points, self.stats, self.facts)))
+        return self._booster.predict(xgb.DMatrix(self.featurizer(points)))
 
     def save(self, path) -> None:
         if not self.trained:
@@ -67,6 +72,28 @@ class CostModel:
         model._booster = xgb.Booster()
         model._booster.load_model(str(path))
         return model
+
+
+class SpaceFeaturizer:
+    """The program features of a space's points: each point's schedule is applied once (no
+    build) and its vector remembered.  A point whose schedule does not apply gets NaNs (xgboost
+    reads them as missing; the search checks validity before it measures)."""
+
+    def __init__(self, space, stats, machine: Machine | None = None):
+        self.space, self.stats = space, stats
+        self.machine = machine or Machine.of(space.target)
+        self._vectors: dict = {}
+
+    def vector(self, point) -> list:
+        if point not in self._vectors:
+            try:
+                self._vectors[point] = program_vector(self.space.scheduled(point).func, self.stats, self.machine)
+            except ValueError:           # ScheduleError: the point is not valid
+                self._vectors[point] = [float("nan")] * FEATURES
+        return self._vectors[point]
+
+    def __call__(self, points) -> np.ndarray:
+        return np.array([self.vector(p) for p in points], dtype=np.float32).reshape(-1, FEATURES)
 
 
 def spearman(a, b) -> float:

@@ -1,10 +1,10 @@
-"""Feature vectors for the cost model: a point's knobs plus the workload it runs on.
+"""The batch statistics the cost model sees, and knob features for hand-written recipes.
 
-Knob features are the raw values (booleans as 0/1), their base-2 logs and a
-few products the schedule cares about (register tile, tiles per hidden
-size).  Workload features (sizes, node and level counts, level-size
-statistics of the tuning batches) are constant within one tuning run and
-let a model trained on one workload say something about another.
+`WorkloadStats` are the shape statistics of the tuning batches (sizes, node and level
+counts, every level's size).  A derived-schedule point is featurized from its scheduled
+program (`program_features`); a hand-written recipe's knobs mean only what that recipe
+makes of them, so its points are featurized by their raw values (booleans as 0/1), their
+base-2 logs and a few products (register tile, tiles per hidden size), plus the workload.
 """
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..schedule import RecSchedule, derive
-from ..schedule.derive import REDUCE, STACK_BYTES, column_vectors, dividing_vectors
-from ..target import cpu_info
 
 
 @dataclass(frozen=True)
 class WorkloadStats:
-    """Shape statistics of the tuning batches (means over batches)."""
+    """Shape statistics of the tuning batches (means over batches), and every level above the
+    leaves of all of them (`internal_levels`, unpadded): what the program features evaluate
+    a kernel's extents on."""
 
     hidden: int
     embed: int
@@ -29,6 +28,14 @@ class WorkloadStats:
     level_mean: float = 0.0
     level_max: float = 0.0
     level_std: float = 0.0
+    #: leaves per batch (mean)
+    leaves: float = 0.0
+    #: the sizes of every level above the leaves, over all `batches`
+    internal_levels: tuple = ()
+    batches: int = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "internal_levels", tuple(int(s) for s in self.internal_levels))
 
     @classmethod
     def of(cls, model, batches) -> "WorkloadStats":
@@ -36,12 +43,15 @@ class WorkloadStats:
         embed = int(getattr(model, "embed_size", hidden))
         if not batches:
             return cls(hidden, embed, 0)
-        rows = []
+        rows, internal = [], []
         for batch in batches:
             lin = model.linearize(batch)
             sizes = lin.level_sizes.astype(float)
-            rows.append((lin.num_slots - 1, lin.num_levels, sizes.mean(), sizes.max(), sizes.std()))
-        return cls(hidden, embed, len(batches[0]), *(float(v) for v in np.mean(rows, axis=0)))
+            rows.append((lin.num_slots - 1, lin.num_levels, sizes.mean(), sizes.max(), sizes.std(), sizes[0]))
+            internal += [int(s) for s in lin.level_sizes[1:]]
+        *means, leaves = (float(v) for v in np.mean(rows, axis=0))
+        return cls(hidden, embed, len(batches[0]), *means, leaves=leaves, internal_levels=tuple(internal),
+                   batches=len(batches))
 
     def vector(self) -> list:
         return [float(self.hidden), float(self.embed), float(self.batch_size), self.nodes, self.levels,
@@ -60,87 +70,9 @@ def knob_vector(knobs: dict, hidden: int) -> list:
     return out
 
 
-@dataclass(frozen=True)
-class ProgramFacts:
-    """What a derived schedule's cost depends on, read off the program and the CPU once per space:
-    the GEMM blocks (middle accumulators, output columns, reduction length, leaf or not) and the
-    CPU's vector lanes, registers and cores.  Features built from these transfer between models,
-    sizes and CPUs better than raw knob values do (derived_vector still has a few of those)."""
-
-    gemms: tuple               # ((middle, columns, reduction, is_leaf), ...)
-    lanes: int
-    registers: int
-    cores: int
-
-    @classmethod
-    def of(cls, kernel_model, target) -> "ProgramFacts":
-        info = cpu_info(target)
-        rs = RecSchedule(kernel_model.lower(specialize_leaves=True))
-        leaves = set(rs.block_names("leaves"))
-        gemms = []
-        for g in derive.gemms(rs):
-            block = rs.sch.get(rs._block(g.block))
-            reduction = 1
-            for iv in block.iter_vars:
-                if iv.iter_type == REDUCE:
-                    reduction *= int(iv.dom.extent)
-            gemms.append((g.middle, g.columns, reduction, g.block in leaves))
-        return cls(tuple(gemms), info.lanes, info.registers, info.cores)
-
-
-#: length of a `derived_vector`
-FEATURES = 27
-#: features added after cost data were recorded, with the value they have in older rows
-#: (persistent_threads did not exist: a fork and join per level)
-ADDED_FEATURES = (("persistent_threads", 0.0),)
-
-
-def complete(features: list) -> list:
-    """A feature vector recorded before the `ADDED_FEATURES` existed, with their values appended."""
-    missing = FEATURES - len(features)
-    if not 0 <= missing <= len(ADDED_FEATURES):
-        raise ValueError(f"a cost-data row has {len(features)} features; this version has {FEATURES}")
-    return list(features) + [value for _, value in ADDED_FEATURES[len(ADDED_FEATURES) - missing:]]
-
-
-def derived_vector(knobs: dict, facts: ProgramFacts, stats: WorkloadStats) -> list:
-    """Features of one derived-schedule point: the register tile each GEMM gets against the
-    register file, its arithmetic intensity, padding waste, parallel balance, the work left at
-    run time; then the CPU and the workload.  Flop-weighted over the GEMMs."""
-    nt, lanes = int(knobs["node_tile"]), int(knobs.get("lanes") or facts.lanes)
-    rows = []
-    for middle, columns, reduction, is_leaf in facts.gemms:
-        if is_leaf and knobs.get("hoist"):
-            continue                                  # a table lookup at run time
-        vectors = dividing_vectors(column_vectors(middle, nt, lanes, facts.registers,
-                                                  int(knobs["max_column_vectors"])), [columns], lanes)
-        acc = nt * middle * vectors
-        tiles = max(1, columns // (vectors * lanes))
-        parallel = facts.cores if knobs.get("parallel_columns") else 1
-        weight = middle * columns * reduction * (stats.level_mean if not is_leaf else 1.0)
-        rows.append((weight, [acc, acc + nt + 1 - facts.registers, float(acc * lanes * 4 >= STACK_BYTES),
-                              acc / (middle * vectors + nt), tiles, -(-tiles // parallel) * parallel / tiles,
-                              middle * columns * reduction * 4 / 2**20]))
-    if rows:
-        total = sum(w for w, _ in rows) or 1.0
-        tile = [sum(w * r[i] for w, r in rows) / total for i in range(len(rows[0][1]))]
-    else:
-        tile = [0.0] * 7
-    level = max(stats.level_mean, 1.0)
-    waste = (np.ceil(level / nt) * nt) / level
-    run_flops = sum(2.0 * m * c * r * (stats.nodes if not leaf else stats.nodes / 2)
-                    for m, c, r, leaf in facts.gemms if not (leaf and knobs.get("hoist")))
-    return tile + [float(nt), float(waste), float(lanes) / facts.lanes, float(knobs.get("k_unroll", 1)),
-                   float(knobs.get("unroll_depth", 1)), float(bool(knobs.get("parallel_columns"))) * facts.cores,
-                   float(bool(knobs.get("hoist"))), np.log2(max(run_flops, 1.0)), float(facts.lanes),
-                   float(facts.registers), float(len([g for g in facts.gemms if not g[3]]))] + stats.vector() \
-        + [float(bool(knobs.get("persistent_threads")))]
-
-
-def featurize(points, stats: WorkloadStats, facts: ProgramFacts | None = None) -> np.ndarray:
-    """(len(points), F) float32 matrix: program features for derived-schedule points (with
-    `facts`), raw knob values for hand-written recipes."""
+def featurize(points, stats: WorkloadStats) -> np.ndarray:
+    """(len(points), F) float32 matrix of raw knob values and the workload: the features of
+    hand-written recipes' points (a derived schedule's points are featurized from their
+    programs, `program_features.SpaceFeaturizer`)."""
     w = stats.vector()
-    if facts is not None:
-        return np.array([derived_vector(p.as_dict(), facts, stats) for p in points], dtype=np.float32)
     return np.array([knob_vector(p.as_dict(), stats.hidden) + w for p in points], dtype=np.float32)

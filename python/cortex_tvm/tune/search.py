@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cost_model import CostModel
-from .pretrained import choice, facts_for, shipped_booster
+from .pretrained import choice, featurizer_for, shipped_booster
 from .database import Database, TuningRecord, now, typical, versions
 from .space import Space, TuningPoint
 
@@ -29,6 +29,7 @@ class SearchConfig:
     warmup: int | None = None        # random trials before the model is used (default: trials // 4, >= 4)
     round_size: int = 4
     pool: int = 512
+    program_pool: int = 48           # the pool when points are featurized from their programs
     epsilon: float = 0.2
     seed: int = 0
     confirm_top: int = 4             # re-timed at the end, with the default point ...
@@ -52,8 +53,11 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
     resumed_with = len(done)
     if done and log is not None:
         print(f"tune: resuming, {len(done)} trials of {workload} already in the log", file=log)
-    facts = facts_for(space)
-    model = CostModel(stats, seed=config.seed, facts=facts, prior=shipped_booster() if facts else None)
+    featurizer = featurizer_for(space, stats)
+    model = CostModel(stats, seed=config.seed, featurizer=featurizer,
+                      prior=shipped_booster() if featurizer else None)
+    # a program-featured point costs a schedule application to score: a smaller pool
+    pool = min(config.pool, config.program_pool) if featurizer else config.pool
     target_detail = str(getattr(measurer, "target", ""))
     info = versions()
 
@@ -78,7 +82,7 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
 
     # the analytic default and what compile() picks without a log come first, so the tune's
     # winner is always measured against them (and re-timed with them in `confirm`)
-    baselines = _baselines(space, facts)
+    baselines = _baselines(space, featurizer is not None)
     first = baselines + space.sample(max(0, config.warmup_trials() - len(done) - len(baselines)), rng,
                                      exclude=done)
     for point in first:
@@ -91,7 +95,7 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
         measured = list(done)
         model.update(measured, [done[p].mean for p in measured])
         batch = propose(space, model, rng, exclude=set(done), count=config.round_size,
-                        pool=config.pool, epsilon=config.epsilon)
+                        pool=pool, epsilon=config.epsilon)
         stalled = stalled + 1 if not batch else 0
         for point in batch:
             if out_of_budget():
@@ -118,10 +122,10 @@ def summary(database, workload, best, default) -> str:
             f"({base / found:.2f}x the best)")
 
 
-def _baselines(space, facts) -> list:
+def _baselines(space, derived: bool) -> list:
     """The space's default point and, for the derived schedule, the shipped model's pick."""
     out = [space.default()]
-    pick = choice(space.recipe, space.kernel_model, space.target) if facts else None
+    pick = choice(space.recipe, space.kernel_model, space.target) if derived else None
     if pick is not None and pick not in out and space.contains(pick):
         out.append(pick)
     return out

@@ -75,6 +75,7 @@ class Space:
             raise ValueError(f"recipe {self.recipe.name!r} has no knobs {sorted(unknown)}")
         self.knobs = {k: list((knobs or {}).get(k, v)) for k, v in self.recipe.knobs.items()}
         self._checked: dict = {}      # point -> None (valid) or the ScheduleError text
+        self._scheduled: dict = {}    # point -> its finalized RecSchedule, or the ScheduleError
 
     @property
     def fingerprint(self) -> str:
@@ -111,6 +112,24 @@ class Space:
             except ScheduleError as err:
                 self._checked[point] = str(err)
         return self._checked[point]
+
+    def scheduled(self, point: TuningPoint) -> RecSchedule:
+        """The point's schedule applied and finalized (no build): the program it would compile.
+        Remembered, so the cost model's features and a validity check apply it once; raises
+        ScheduleError when it does not apply."""
+        if point not in self._scheduled:
+            try:
+                rs = self.recipe_for(point).apply(RecSchedule(self.kernel_model.lower(specialize_leaves=False)))
+                rs.finalize()
+                self._scheduled[point] = rs
+            except ScheduleError as err:
+                self._checked[point] = str(err)
+                self._scheduled[point] = err
+        found = self._scheduled[point]
+        if isinstance(found, ScheduleError):
+            raise found
+        self._checked.setdefault(point, None)
+        return found
 
     def is_valid(self, point: TuningPoint) -> bool:
         return self.check(point) is None
