@@ -4,9 +4,10 @@ Its features are read off each candidate's scheduled program (`program_features`
 vector operations over the batch's levels, the level GEMM's register tile, loads per FMA and
 bytes per thread against the caches, parallel structure, padding waste), the machine and the
 batch shape; no knob value is a feature, so it can rank configurations of models, sizes and
-CPUs it was not trained on.  `compile()` without a tuning log uses it to pick the derived
-schedule's knobs from a small candidate set, with no measurement (each candidate's schedule
-is applied, not built); the tuner starts its search from it.
+CPUs it was not trained on.  The tuner starts its search from it and measures its pick first;
+`compile(schedule="ranked")` takes its pick among a small candidate set with no measurement
+(each candidate's schedule is applied, not built).  Plain `compile()` does not ask it: held
+out, its pick is level with the analytic rule (docs/tuning.md).
 
     python -m cortex_tvm.bench.cost_data --out runs.jsonl --models treelstm treefc \\
         --hidden 64 150 256 --mcpu native haswell      # measure (JSON lines, resumable)
@@ -38,11 +39,11 @@ MODEL_FILE = "cost_model.json"
 #: the shipped ranker: shallow trees, few rounds (the held-out report in docs/tuning.md chose
 #: them; deeper trees fit the measurement noise of the training groups)
 SHIPPED_PARAMS, SHIPPED_ROUNDS = {**PARAMS, "max_depth": 2}, 100
-#: compile() takes the model's pick over the analytic rule's point only when the model ranks it
+#: `choice` takes the model's pick over the analytic rule's point only when the model ranks it
 #: this much higher (a pairwise-ranking score): held out, the pick alone is worse than the rule
 #: (10-14% from each group's best against 8.7%), guarded by this margin it is level or better
 MARGIN = 0.5
-#: the candidates compile() ranks: every combination of these knobs' first few values (the
+#: the candidates compile(schedule="ranked") ranks: every combination of these knobs' first few values (the
 #: unroll depth is not among them: it is a build setting, invisible in the program)
 CANDIDATE_KNOBS = {"node_tile": 3, "max_column_vectors": 3}
 
@@ -87,13 +88,13 @@ def typical_batch(kernel_model, batch_size: int = 10) -> list:
 
 
 def typical_stats(kernel_model, batch_size: int = 10) -> WorkloadStats:
-    """Shape statistics of a typical batch: the prior compile() ranks with when it has not
+    """Shape statistics of a typical batch: the prior the ranking uses when it has not
     seen the user's structures."""
     return WorkloadStats.of(kernel_model, [typical_batch(kernel_model, batch_size)])
 
 
 def candidates(recipe) -> list:
-    """The small set of points compile() ranks (first values of the knobs that matter most)."""
+    """The small set of points the shipped model ranks (first values of the knobs that matter most)."""
     names = list(recipe.knobs)
     choices = [recipe.knobs[k][:CANDIDATE_KNOBS.get(k, 1)] for k in names]
     return [TuningPoint.of(**dict(zip(names, values))) for values in itertools.product(*choices)]
@@ -213,7 +214,7 @@ def _part(row, by: str) -> str:
 def held_out_report(rows, by: str = "hidden", out=sys.stdout) -> dict:
     """Leave one value of `by` (a GROUP_PARTS name) out, train on the rest, and report
     on the held-out groups: Spearman of predicted vs measured order, and the regret against the
-    group's best of the top-ranked point, of what compile() takes (that point only when it ranks
+    group's best of the top-ranked point, of what `choice` takes (that point only when it ranks
     MARGIN above the analytic default) and of the analytic default.
 
     `rows` are every measurement (`load_runs(..., drop_disturbed=False)`): the disturbed ones are
@@ -251,7 +252,7 @@ def held_out_report(rows, by: str = "hidden", out=sys.stdout) -> dict:
 def _line(values) -> str:
     rho, pick, guarded, default = values
     return (f"spearman {rho:.2f}, model's pick {100 * pick:.1f}% slower than the best ({100 * guarded:.1f}% "
-            f"with compile()'s margin), analytic default {100 * default:.1f}% slower")
+            f"with the margin), analytic default {100 * default:.1f}% slower")
 
 
 def main(argv=None) -> int:
