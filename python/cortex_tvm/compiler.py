@@ -46,10 +46,13 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
         raise TypeError(f"bounds_check must be a bool, got {type(bounds_check).__name__}")
     tgt = make_target(target)
     check_precision(precision, tgt)
+    ranked = isinstance(schedule, str) and schedule == RANKED
     if tuning_log is not None:
-        schedule = resolve_recipe(model, tuning_log, tgt, schedule, precision)
+        # a log's record for this model wins; without one, "ranked" still ranks
+        schedule = resolve_recipe(model, tuning_log, tgt, None if ranked else schedule, precision)
+        ranked = ranked and schedule is None
     kernel_model = compiled_form(model, tgt)
-    if isinstance(schedule, str) and schedule == RANKED:
+    if ranked:
         if tgt.kind.name != "llvm":
             raise ValueError(f"schedule={RANKED!r} ranks the derived CPU schedule; the target is {tgt.kind.name!r}")
         # the shipped cost model ranks a few configurations of the derived schedule, unmeasured:

@@ -72,9 +72,9 @@ def test_guided_rounds_beat_random_search(fc32, monkeypatch):
     assert np.median(guided) <= optimum * 1.10, (guided, optimum)
 
 
-def test_the_search_measures_and_confirms_what_compile_would_pick(fc32):
+def test_the_search_measures_and_confirms_the_default_and_the_ranked_pick(fc32):
     """The tune's winner is always measured against the analytic default and the shipped model's
-    pick (what compile() uses without a log): both are among the first trials and re-timed."""
+    pick (what `compile(schedule="ranked")` builds): both are among the first trials and re-timed."""
     from cortex_tvm.tune.pretrained import choice
     space = Space(fc32)
     pick = choice(space.recipe, space.kernel_model, space.target)

@@ -1,4 +1,4 @@
-"""The shipped cost model: present, used by compile() without a measurement, and ranking the
+"""The shipped cost model: present, used by compile(schedule="ranked") without a measurement, and ranking the
 configurations of models it was not trained on (held out from its own shipped data)."""
 import io
 import os
@@ -47,6 +47,25 @@ def test_compile_without_a_log_takes_the_analytic_point_and_ranks_nothing(monkey
         model.compile(target="cuda", schedule="ranked")
 
 
+def test_ranked_with_a_tuning_log_takes_the_logs_record_else_ranks(tmp_path, monkeypatch):
+    """A log's record wins over the ranking; a log with nothing for the model leaves the ranking."""
+    from cortex_tvm.tune import Database, TuningRecord, Workload
+    model = ct.models.TreeFC(hidden_size=24, vocab_size=37, seed=13)
+    target = ct.make_target("llvm")
+    space = ct.tune.Space(model, target)
+    point = ct.tune.TuningPoint.of(**{**space.default().as_dict(), "node_tile": 1})
+    log = tmp_path / "t.jsonl"
+    Database(log).commit(TuningRecord(Workload.of(model, target, 10), point, (1e-4,), warm=True))
+    with_log = model.compile(schedule="ranked", tuning_log=str(log))
+    assert [s["args"] for s in with_log.trace if s["primitive"] == "tile_gemm"][0]["node_tile"] == 1
+    ranked = []
+    monkeypatch.setattr(pretrained, "_rank", lambda *a: ranked.append(1) or None)
+    other = ct.models.TreeLSTM(hidden_size=24, vocab_size=37, seed=13)      # nothing in the log
+    with pytest.warns(UserWarning, match="no tuning record"):
+        other.compile(schedule="ranked", tuning_log=str(log))
+    assert ranked == [1]
+
+
 @pytest.mark.parametrize("name", ["SeqGRU", "DAGRNN", "ChildSumTreeLSTM"])
 def test_typical_batch_fits_every_structure(name):
     model = compiled_form(getattr(ct.models, name)(16, 30), ct.make_target("llvm"))
@@ -62,7 +81,7 @@ def test_ranks_configurations_of_held_out_models():
     taken = [guarded for _, _, guarded, _ in report.values()]
     rule = [default for _, _, _, default in report.values()]
     assert np.mean(spearman) > 0.5, report
-    # what compile() takes is within 12% of each group's best on average, and no worse than the
+    # what `choice` takes is within 12% of each group's best on average, and no worse than the
     # analytic rule by more than the measurements' own noise (a point re-timed varies 3-4%)
     assert np.mean(taken) < 0.12, report
     assert np.mean(taken) <= np.mean(rule) + 0.01, report
@@ -108,7 +127,7 @@ def test_treelstm_h512_as_avx2_code_keeps_two_nodes_per_tile_with_no_h512_in_tra
 
 
 def test_tune_ranks_with_the_kernels_padded_sizes(monkeypatch, trees):
-    """Training data, compile()'s ranking and the tuner's cost model all see the kernel's sizes:
+    """Training data, the ranked compile and the tuner's cost model all see the kernel's sizes:
     H=13 runs as a 16-wide kernel, and the workload statistics say 16."""
     from cortex_tvm import tune
     seen = {}

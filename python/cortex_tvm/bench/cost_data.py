@@ -86,7 +86,7 @@ def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repea
         model = make_model(name, H, vocab_size)
         space = Space(model, target)
         machine = Machine.of(target)
-        # the default (held_out_report compares against it), compile()'s candidates (the ranking
+        # the default (held_out_report compares against it), the ranked candidates (the ranking
         # that matters), random points for coverage; timed in a random order, so that a point
         # is not always the first one after a build (a cold first timing would count against it)
         default = space.default()

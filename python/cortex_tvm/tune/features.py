@@ -73,6 +73,6 @@ def knob_vector(knobs: dict, hidden: int) -> list:
 def featurize(points, stats: WorkloadStats) -> np.ndarray:
     """(len(points), F) float32 matrix of raw knob values and the workload: the features of
     hand-written recipes' points (a derived schedule's points are featurized from their
-    programs, `program_features.SpaceFeaturizer`)."""
+    programs, `cost_model.SpaceFeaturizer`)."""
     w = stats.vector()
     return np.array([knob_vector(p.as_dict(), stats.hidden) + w for p in points], dtype=np.float32)

@@ -41,7 +41,7 @@ MODEL_FILE = "cost_model.json"
 SHIPPED_PARAMS, SHIPPED_ROUNDS = {**PARAMS, "max_depth": 2}, 100
 #: `choice` takes the model's pick over the analytic rule's point only when the model ranks it
 #: this much higher (a pairwise-ranking score): held out, the pick alone is worse than the rule
-#: (10-14% from each group's best against 8.7%), guarded by this margin it is level or better
+#: (10-13% from each group's best against 8.3-8.7%), guarded by this margin it is level or better
 MARGIN = 0.5
 #: the candidates compile(schedule="ranked") ranks: every combination of these knobs' first few values (the
 #: unroll depth is not among them: it is a build setting, invisible in the program)

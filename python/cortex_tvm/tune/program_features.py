@@ -50,7 +50,7 @@ class Loop:
 @dataclass
 class Store:
     """One store of the kernel with the loops around it (outermost first) inside its stage."""
-    stage: str                   # "leaves", "level", "roots" or "tables"
+    stage: str                   # "leaves", "level", "roots", "tables"; "root" outside them
     block: str
     loops: list
     index_vars: set              # loop variables the stored index depends on
@@ -292,11 +292,12 @@ def summarize(func, stats, machine: Machine) -> ProgramSummary:
     levels = [int(s) for s in stats.internal_levels] or [max(1, round(stats.level_mean))]
     padded = [-(-s // node_tile) * node_tile for s in levels]
     leaves = -(-int(round(stats.leaves or stats.level_max)) // node_tile) * node_tile
-    base = {"S_leaves": leaves, "S_slots": int(stats.nodes) + 1, "S_levels": len(levels) + 2,
+    base = {"S_leaves": leaves, "S_slots": int(stats.nodes) + 1, "S_levels": round(stats.levels) + 1,
             "S_batch": max(1, stats.batch_size), "S_max": int(stats.level_max)}
     per_batch = 1.0 / max(1, stats.batches)       # internal_levels pool every batch
     leaf_env = {**base, "S_level": leaves}
-    mid = {**base, "S_level": padded[len(padded) // 2]}
+    # the tile, widths, bytes and parallel extents are read at the median level's size
+    mid = {**base, "S_level": sorted(padded)[len(padded) // 2]}
 
     def over_levels(fn):
         return sum(fn({**base, "S_level": size}) for size in padded) * per_batch
@@ -355,7 +356,7 @@ def vector_of(summary: ProgramSummary, stats, machine: Machine) -> list:
         nbytes = max(1.0, sum(g.bytes_per_thread for g in gemms))
         gemm_row = [mean(lambda g: g.tile.accumulators), mean(lambda g: g.tile.pressure - machine.registers),
                     max(g.tile.pressure for g in gemms) - machine.registers,
-                    mean(lambda g: float(g.tile.accumulators * lanes * 4 >= STACK_BYTES)),
+                    mean(lambda g: float(g.tile.accumulators * g.lanes * 4 >= STACK_BYTES)),
                     mean(lambda g: g.tile.loads_per_fma), max(g.tile.loads_per_fma for g in gemms),
                     mean(lambda g: g.tile.k_unroll), mean(lambda g: g.lanes / lanes),
                     mean(lambda g: g.parallel_extent / cores), mean(balance), weight, float(len(gemms)),

@@ -80,7 +80,8 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
             print(f"tune: trial {len(done)}/{config.trials}  {this}  best {best * 1e3:.3f} ms  "
                   f"elapsed {time.perf_counter() - start:.0f} s  [{point}]", file=log, flush=True)
 
-    # the analytic default and what compile() picks without a log come first, so the tune's
+    # the analytic default (what compile() builds without a log) and the shipped model's pick
+    # (compile(schedule="ranked")) come first, so the tune's
     # winner is always measured against them (and re-timed with them in `confirm`)
     baselines = _baselines(space, featurizer is not None)
     first = baselines + space.sample(max(0, config.warmup_trials() - len(done) - len(baselines)), rng,
