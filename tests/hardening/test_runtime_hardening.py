@@ -115,6 +115,26 @@ def test_a_leaf_without_a_word_is_refused_where_leaves_are_table_lookups(sst):
 
 # ------------------------------------------------------------------ threads
 
+def together(work, count: int) -> list:
+    """Run work(0) .. work(count - 1) on `count` threads released at once by a barrier; the
+    errors they raised (none may hang)."""
+    errors, barrier = [], threading.Barrier(count)
+
+    def run(i):
+        try:
+            barrier.wait()
+            work(i)
+        except Exception as err:  # pragma: no cover - returned to the test
+            errors.append(err)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    return errors
+
+
 def test_eight_threads_200_calls_each_equal_serial(sst, fc):
     _, compiled = fc
     trees = sst[0]
@@ -122,26 +142,13 @@ def test_eight_threads_200_calls_each_equal_serial(sst, fc):
     batches[3] = [Node(word=5)]
     batches[5] = trees[200:260]
     serial = [compiled(b) for b in batches]
-    errors, mismatches = [], []
-    barrier = threading.Barrier(8)
+    mismatches = []
 
     def work(i):
-        try:
-            barrier.wait()
-            for _ in range(200):
-                out = compiled(batches[i])
-                if not np.array_equal(out, serial[i]):
-                    mismatches.append(i)
-        except Exception as err:  # pragma: no cover - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads)
-    assert not errors and not mismatches
+        for _ in range(200):
+            if not np.array_equal(compiled(batches[i]), serial[i]):
+                mismatches.append(i)
+    assert not together(work, 8) and not mismatches
 
 
 @pytest.mark.parametrize("name", ["TreeFC", "TreeLSTM"])
@@ -154,22 +161,11 @@ def test_eight_threads_make_the_first_call_of_a_fresh_compiled_model_at_once(sst
     batches = [trees[40 * i:40 * i + 1 + 3 * i] for i in range(8)]
     expected = [model.compile()(b) for b in batches]          # another CompiledModel, serially
     fresh = model.compile()
-    results, errors = [None] * 8, []
-    barrier = threading.Barrier(8)
+    results = [None] * 8
 
     def first_call(i):
-        try:
-            barrier.wait()
-            results[i] = fresh(batches[i])
-        except Exception as err:  # pragma: no cover - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=first_call, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads) and not errors
+        results[i] = fresh(batches[i])
+    assert not together(first_call, 8)
     for got, want in zip(results, expected):
         np.testing.assert_array_equal(got, want)
 
