@@ -96,6 +96,38 @@ def test_run_validates_hand_edited_arrays_by_default(sst, fc):
     assert unchecked.shape == roots.shape
 
 
+def test_run_refuses_arrays_of_the_wrong_kind_range_or_layout(sst, fc):
+    """The rest of check_bounds' invariants, one edit each, before any kernel runs: a root
+    past the state buffer, more children than the model has, arrays of another dtype or
+    length, level offsets that do not start at slot 1 or go backwards, and an object that is
+    not a Linearized."""
+    _, compiled = fc
+    lin = compiled.linearize(sst[0][:6])
+    n = int(lin.level_offsets[-1])
+    roots = lin.roots.copy()
+    roots[0] = n                                            # one past the last slot
+    num_children = lin.num_children.copy()
+    num_children[-1] = compiled.signature.max_children + 1
+    backwards = lin.level_offsets.copy()
+    backwards[2] = backwards[1] - 1
+    late_start = lin.level_offsets.copy()
+    late_start[0] = 0
+    cases = {
+        r"roots out of bounds: values must lie in \[0, %d\)" % n: replace(lin, roots=roots),
+        r"num_children out of bounds: values must lie in \[0, %d\)" % (compiled.signature.max_children + 1):
+            replace(lin, num_children=num_children),
+        "children out of bounds: expected int32": replace(lin, children=lin.children.astype(np.int64)),
+        "words out of bounds: expected int32": replace(lin, words=lin.words[:-1]),
+        "level_offsets out of bounds: must start at 1 and never decrease": replace(lin, level_offsets=backwards),
+        "level_offsets out of bounds: must be int32, start at 1": replace(lin, level_offsets=late_start),
+    }
+    for message, bad in cases.items():
+        with pytest.raises(ValueError, match=message):
+            compiled.run(bad)
+    with pytest.raises(TypeError, match="expected a Linearized, got dict"):
+        compiled.run({"level_offsets": lin.level_offsets})
+
+
 def test_a_leaf_without_a_word_is_refused_where_leaves_are_table_lookups(sst):
     """ChildSum reads words on inner nodes (no_word marks a node without one); its leaves are
     hoisted tables indexed by word with no clamp, so the marker at a leaf would read one row

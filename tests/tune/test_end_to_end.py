@@ -132,6 +132,14 @@ def test_cli_show_names_a_bad_schedule_and_every_option_has_help(capsys):
                 assert len(line.split()) > 2, f"{command} {option} has no help text: {line!r}"
 
 
+def test_cli_names_an_unknown_model_and_refuses_zero_trials(capsys):
+    from cortex_tvm import cli
+    with pytest.raises(SystemExit, match=r"unknown model 'nosuchmodel'; models: \[.*'treelstm'"):
+        cli.main(["show", "nosuchmodel"])                  # a one-line exit: status 1, no traceback
+    assert cli.main(["tune", "treefc", "--hidden", "16", "--trials", "0"]) == 2
+    assert "tune: --trials must be at least 1, got 0" in capsys.readouterr().err
+
+
 def test_bf16_records_serve_bf16_builds_only(fc32, trees, tmp_path):
     """A bf16 tune measures bf16 builds and keys its records by precision: compile(precision="bf16")
     takes them exactly, an fp32 compile finds nothing for itself in that log."""
