@@ -145,7 +145,9 @@ class CompiledModel:
         if ws.states is None or ws.states[0].shape[0] < num_slots:
             capacity = max(1024, 1 << (num_slots - 1).bit_length())
             # zeros: slot 0 is the null node and is never written by the kernel
-            ws.states = [aligned_copy(np.zeros((capacity,) + shape, dtype)) for _, shape, dtype in self._states]
+            ws.states = [aligned_empty((capacity,) + shape, dtype) for _, shape, dtype in self._states]
+            for state in ws.states:
+                state.fill(0)
         return [s[:num_slots] for s in ws.states]
 
     def run(self, lin: _linearize.Linearized, check: bool = True):

@@ -31,6 +31,7 @@ import numpy as np
 from tvm.target import codegen
 
 from .. import data
+from ..schedule import ScheduleError
 from ..target import Machine, make_target
 from ..tune.features import WorkloadStats
 from ..tune.measure import Measurer
@@ -161,7 +162,10 @@ def refeature(rows, progress=sys.stderr) -> list:
             stats = stats_of[(key, B, trees)]
         machine = Machine(**row["machine"]) if "machine" in row else Machine.of(space.target, LEGACY_CACHES)
         point = TuningPoint.from_json(row["knobs"])
-        features = features_of(space, point, stats, machine) if space.is_valid(point) else None
+        try:
+            features = features_of(space, point, stats, machine)
+        except ScheduleError:            # a point whose schedule no longer applies has none
+            features = None
         out.append({**row, "machine": dataclasses.asdict(machine), "stats": dataclasses.asdict(stats),
                     "features": features})
         if progress is not None and (i + 1) % 25 == 0:

@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 
+from ..schedule import ScheduleError
 from ..target import Machine
 from .features import WorkloadStats, featurize
 from .program_features import FEATURES, program_vector
@@ -88,7 +89,7 @@ class SpaceFeaturizer:
         if point not in self._vectors:
             try:
                 self._vectors[point] = program_vector(self.space.scheduled(point).func, self.stats, self.machine)
-            except ValueError:           # ScheduleError: the point is not valid
+            except ScheduleError:        # the point is not valid
                 self._vectors[point] = [float("nan")] * FEATURES
         return self._vectors[point]
 

@@ -43,8 +43,8 @@ SHIPPED_PARAMS, SHIPPED_ROUNDS = {**PARAMS, "max_depth": 2}, 100
 #: this much higher (a pairwise-ranking score): held out, the pick alone is worse than the rule
 #: (10-13% from each group's best against 8.3-8.7%), guarded by this margin it is level or better
 MARGIN = 0.5
-#: the candidates compile(schedule="ranked") ranks: every combination of these knobs' first few values (the
-#: unroll depth is not among them: it is a build setting, invisible in the program)
+#: the candidates compile(schedule="ranked") ranks: every combination of these knobs' first few
+#: values (the unroll depth is not among them: it is a build setting, invisible in the program)
 CANDIDATE_KNOBS = {"node_tile": 3, "max_column_vectors": 3}
 
 
@@ -100,8 +100,8 @@ def candidates(recipe) -> list:
     return [TuningPoint.of(**dict(zip(names, values))) for values in itertools.product(*choices)]
 
 
-#: (program, target, knob candidates, booster) -> the choice: compiling one model again (other
-#: weights, another precision) does not apply every candidate's schedule again
+#: (program, target, knob candidates) -> the shipped model's choice: compiling one model again
+#: (other weights, another precision) does not apply every candidate's schedule again
 _choices: dict = {}
 
 
@@ -110,13 +110,16 @@ def choice(recipe, kernel_model, target, booster=None):
     None when no model is shipped, the recipe is not the derived one, or the bundled sentences cannot
     spell the model's structures.  Each candidate's schedule is applied (0.1-0.3 s, no build)
     to read its program's features."""
-    booster = booster or shipped_booster()
-    if booster is None or recipe.name != "derived":
+    if recipe.name != "derived":
         return None
     lowered = kernel_model.lower(specialize_leaves=False)
-    key = (tvm_ffi.structural_hash(lowered.mod), str(target), repr(sorted(recipe.knobs.items())), id(booster))
+    if booster is not None:              # a caller's own model: ranked afresh, not remembered
+        return _rank(recipe, kernel_model, lowered, target, booster)
+    if shipped_booster() is None:
+        return None
+    key = (tvm_ffi.structural_hash(lowered.mod), str(target), repr(sorted(recipe.knobs.items())))
     if key not in _choices:
-        _choices[key] = _rank(recipe, kernel_model, lowered, target, booster)
+        _choices[key] = _rank(recipe, kernel_model, lowered, target, shipped_booster())
     return _choices[key]
 
 
