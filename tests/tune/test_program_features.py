@@ -100,8 +100,9 @@ def test_the_vector_names_every_feature_and_no_knob(lstm_space, machine):
     assert named["log2_l2"] == 19.0 and named["batch"] == 2
 
 
-def test_the_unroll_depth_is_not_in_the_program(lstm_space, machine):
-    """unroll_levels is a build setting: two depths give one program, so one vector."""
+def test_the_unroll_depth_is_not_in_the_features(lstm_space, machine):
+    """unroll_levels splits and unrolls the level loop; the walk reads the loops inside a level,
+    so two depths give one vector."""
     featurize = SpaceFeaturizer(lstm_space, STATS, machine)
     a, b = featurize([point(lstm_space, unroll_depth=1), point(lstm_space, unroll_depth=2)])
     np.testing.assert_array_equal(a, b)

@@ -4,7 +4,7 @@ Its features are read off each candidate's scheduled program (`program_features`
 vector operations over the batch's levels, the level GEMM's register tile, loads per FMA and
 bytes per thread against the caches, parallel structure, padding waste), the machine and the
 batch shape; no knob value is a feature, so it can rank configurations of models, sizes and
-CPUs it was not trained on.  The tuner starts its search from it and measures its pick first;
+CPUs it was not trained on.  The tuner starts its search from it and measures its pick right after the default;
 `compile(schedule="ranked")` takes its pick among a small candidate set with no measurement
 (each candidate's schedule is applied, not built).  Plain `compile()` does not ask it: held
 out, its pick is level with the analytic rule (docs/tuning.md).
@@ -44,7 +44,8 @@ SHIPPED_PARAMS, SHIPPED_ROUNDS = {**PARAMS, "max_depth": 2}, 100
 #: (10-13% from each group's best against 8.3-8.7%), guarded by this margin it is level or better
 MARGIN = 0.5
 #: the candidates compile(schedule="ranked") ranks: every combination of these knobs' first few
-#: values (the unroll depth is not among them: it is a build setting, invisible in the program)
+#: values (the unroll depth is not among them: the features, which read the loops inside a
+#: level, do not see it)
 CANDIDATE_KNOBS = {"node_tile": 3, "max_column_vectors": 3}
 
 
