@@ -13,7 +13,7 @@ from . import recipes
 from .build import build_module, build_schedule, schedule_model
 from .padding import compiled_form
 from .recipes import check_precision, with_precision
-from .target import make_target
+from .target import cpu_info, make_target
 from .tune.apply import resolve_recipe
 from .tune.pretrained import choose
 
@@ -32,8 +32,9 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
     point), a recipe name, "ranked" (the shipped cost model's pick, see RANKED), a Recipe, a
     .json path or a callable taking a RecSchedule.
 
-    max_unroll_depth: levels per step of the level loop (`unroll_levels`); None lets the
-    tuning log choose (a recipe without that knob keeps a depth of 1).
+    max_unroll_depth: CORTEX's recursive unrolling (`unroll_recursion`): each node computed in
+    one step with its descendants this many levels down, on one thread (1: none); None lets
+    the tuning log choose (the default schedule does not unroll).  Trees and sequences only.
 
     precision: "fp32", or "bf16": the packed GEMM weights are stored as bfloat16 and widened
     to float32 in registers (`RecSchedule.store_bf16`); states and accumulation stay float32.
@@ -91,15 +92,22 @@ def cross_compile(model, target, path, schedule=None, precision="fp32") -> str:
     return str(path)
 
 
-UNROLL_KNOB = "unroll_depth"
+#: the derived schedule's knob for CORTEX's recursive unrolling (`RecSchedule.unroll_recursion`)
+UNROLL_KNOB = "recursion_depth"
+#: knobs of a recipe that cannot go with recursive unrolling, and the values that leave them out
+_NOT_WITH_UNROLLING = {"parallel_columns": False, "unroll_depth": 1, "per_level": False,
+                       "persistent_threads": False}
 
 
 def with_unroll_depth(model, target, schedule, depth):
-    """The schedule `schedule` (None: the default for `model` on `target`) with the unroll depth `depth`.
+    """The schedule `schedule` (None: the default for `model` on `target`) with CORTEX's
+    recursive unrolling to `depth` levels (`RecSchedule.unroll_recursion`; 1: none).
 
-    The one place where `max_unroll_depth` meets the schedules: a recipe with an
-    `unroll_depth` knob gets that knob set; any other recipe (a function such as
-    "auto") is applied and then followed by `unroll_levels(depth)`.
+    The one place where `max_unroll_depth` meets the schedules: a recipe with a
+    `recursion_depth` knob (the derived schedule) gets that knob set; any other recipe
+    gets its knobs that conflict with unrolling turned off (parallel columns, level-loop
+    unrolling, per-level kernels), is applied, and is followed by `unroll_recursion(depth)`
+    with one chunk per core of the target.
 
     Example: ``model.compile(schedule=with_unroll_depth(model, make_target("llvm"), None, 2))``.
     """
@@ -110,10 +118,18 @@ def with_unroll_depth(model, target, schedule, depth):
     recipe = recipes.resolve(model, target, schedule)
     if UNROLL_KNOB in recipe.knobs:
         return recipe.with_knobs(**{UNROLL_KNOB: depth})
+    if depth == 1:
+        return recipe
+    if target.kind.name != "llvm":
+        raise ValueError(f"max_unroll_depth={depth}: recursive unrolling is built for the CPU; the target "
+                         f"is {target.kind.name!r}")
+    off = {k: v for k, v in _NOT_WITH_UNROLLING.items() if k in recipe.knobs}
+    recipe = recipe.with_knobs(**off) if off else recipe
+    chunks = cpu_info(target).cores
 
     def unrolled(rs):
         recipe.apply(rs)
-        rs.unroll_levels(depth)
+        rs.unroll_recursion(depth, chunks=chunks)
         return rs
     unrolled.__name__ = f"{recipe.name}+unroll{depth}"
     return unrolled

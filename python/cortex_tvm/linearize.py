@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data import Node, _is_int, current_epoch, dag_postorder
+from .unrolled_levels import check_unrolled_children, levels_per_step, unrolled_levels
 
 __all__ = ["NULL_SLOT", "Linearized", "linearize", "check_bounds"]
 
@@ -309,7 +310,8 @@ def _one_node_per_level(heights: np.ndarray) -> np.ndarray:
 
 
 def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
-              batching: bool = True, allow_shared: bool = False, no_word=None) -> Linearized:
+              batching: bool = True, allow_shared: bool = False, no_word=None,
+              unroll: tuple | None = None) -> Linearized:
     """Lay out a batch of trees in level order; see :class:`Linearized`.
 
     Within a level, nodes keep batch order and then post-order; each level's
@@ -330,12 +332,18 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
     it where a node has no word (choose a value outside the vocabulary, e.g.
     ``vocab_size``).  With the default None, a node without a word gets 0 and
     a word on an inner node (a node with children) raises ValueError.
+
+    ``unroll=(depth, chunks)`` lays the batch out for recursive unrolling
+    (``unrolled_levels``): levels are (step, chunk, phase) triples, every
+    internal node in the step and chunk of its group; a DAG raises ValueError.
     """
     _check_args(trees, max_children, pad, vocab_size)
+    if unroll is not None and (len(unroll) != 2 or not all(_is_int(v) and v >= 1 for v in unroll)):
+        raise ValueError(f"unroll must be (depth, chunks), two positive ints, got {unroll!r}")
     if no_word is not None and (not _is_int(no_word) or no_word < 0 or no_word >= 1 << 31):
         raise ValueError(f"no_word must be None or an int in [0, 2**31), got {no_word!r}")
     epoch = current_epoch()
-    heights, tables, tree_sizes, root_index = [], [], [], []
+    heights, tables, tree_sizes, root_index, flats = [], [], [], [], []
     num_nodes = 0
     for i, tree in enumerate(trees):
         if not isinstance(tree, Node):
@@ -353,6 +361,7 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
                              "the sequence models and DAGRNN read words on inner nodes)")
         heights.append(flat.heights)
         tables.append(flat.table)
+        flats.append(flat)
         size = flat.heights.shape[0]
         tree_sizes.append(size)
         num_nodes += size
@@ -360,12 +369,15 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
     tables.append(_sentinel_column(max_children))  # column num_nodes: null / pad rows
     # (numpy methods rather than np.* wrappers below: per-call overhead dominates)
     heights = np.concatenate(heights)
-    if not batching:
+    num_levels = 0
+    if unroll is not None and unroll[0] > 1:
+        heights, num_levels = unrolled_levels(flats, *unroll, no_child=_NO_CHILD)
+    elif not batching:
         heights = _one_node_per_level(heights)
     table = np.concatenate(tables, axis=1)
 
     # Level sizes, padded, give each level's slot range.
-    level_counts = np.bincount(heights)
+    level_counts = np.bincount(heights, minlength=num_levels)
     padded_counts = level_counts if pad == 1 else -(-level_counts // pad) * pad
     level_offsets = np.empty(len(level_counts) + 1, dtype=np.int32)
     level_offsets[0] = 1  # slot 0 is the null node
@@ -418,7 +430,7 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
 
 
 def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=None, node_tile: int = 1,
-                 leaf_words: bool = False) -> None:
+                 leaf_words: bool = False, unroll: tuple | None = None) -> None:
     """Check every invariant the kernel relies on and cannot check itself.
 
     ``linearize`` only produces valid arrays; this guards a Linearized that was
@@ -432,7 +444,10 @@ def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=No
       the same or a later level is read before it is computed, or while
       another core writes it;
     - with ``leaf_words`` (the leaves' states are hoisted tables indexed by
-      word, with no clamp), every leaf slot holds a word of the vocabulary.
+      word, with no clamp), every leaf slot holds a word of the vocabulary;
+    - with ``unroll=(depth, chunks)`` (a recursively unrolled kernel), the
+      levels are whole steps, and a child in the parent's own step is in the
+      parent's own chunk (another chunk runs on another thread at that time).
     Raises ValueError naming the array and the invariant.
     """
     if not isinstance(lin, Linearized):
@@ -490,3 +505,22 @@ def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=No
         raise ValueError(f"children: slot {slot}'s child {j} is slot {child}, which is not in an earlier "
                          f"level (slot {slot}'s level starts at slot {int(level_start[slot - 1])}); a "
                          "child must be computed before its parent")
+    if unroll is not None and unroll[0] > 1:
+        _check_unrolled(lin, sizes, *unroll)
+
+
+def _check_unrolled(lin: Linearized, sizes, depth: int, chunks: int) -> None:
+    per_step = levels_per_step(depth, chunks)
+    if (len(sizes) - 1) % per_step:
+        raise ValueError(f"level_offsets: {len(sizes)} levels, not the leaves plus whole steps of "
+                         f"{per_step} levels ({chunks} chunks x {depth} phases) that the unrolled kernel walks")
+    level = np.zeros(lin.num_slots, dtype=np.int64)
+    level[1:] = np.repeat(np.arange(len(sizes)), sizes)
+    found = check_unrolled_children(level[1:], level[lin.children[1:]], depth, chunks)
+    if found is not None:
+        slot, j = found[0] + 1, found[1]
+        child = int(lin.children[slot, j])
+        raise ValueError(f"children: slot {slot}'s child {j} is slot {child}, computed in the same step by "
+                         f"another chunk (levels {level[child]} and {level[slot]}, {chunks} chunks x {depth} "
+                         "phases a step); in an unrolled kernel a child in its parent's step must be in "
+                         "its parent's chunk")

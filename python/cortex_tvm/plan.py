@@ -34,6 +34,16 @@ class RuntimePlan:
     partition_loops: bool = False
     #: weights whose packed copy holds bfloat16 bits (store_bf16): the transform writes them
     bf16_weights: tuple = ()
+    #: recursive unrolling (unroll_recursion): a node computed with its descendants this many
+    #: levels down, in one step, on one thread; the linearizer lays out (step, chunk, phase) levels
+    recursion_depth: int = 1
+    #: the parallel chunks of each unrolled step (the kernel's parallel loop extent)
+    recursion_chunks: int = 1
+
+    @property
+    def unroll(self):
+        """(depth, chunks) for the linearizer and the bounds check, or None when not unrolled."""
+        return (self.recursion_depth, self.recursion_chunks) if self.recursion_depth > 1 else None
 
     def pass_config(self) -> dict:
         return {"s_tir.LoopPartition": {"partition_const_loop": True}} if self.partition_loops else {}

@@ -19,6 +19,7 @@ import warnings
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
+from . import dot_bf16 as _dot
 from .schedule import RecSchedule, ScheduleError
 from .schedule import derive as _derive
 from .target import cpu_info
@@ -38,6 +39,11 @@ class Recipe:
     chosen: dict = field(default_factory=dict, compare=False)
     #: the precision `with_precision` made this recipe for
     precision: str = "fp32"
+    #: for a recipe `with_precision` made for "bf16": the fp32 recipe it extends (`for_target`
+    #: rebuilds it with or without dot_bf16 once the target is known)
+    fp32_base: object = field(default=None, compare=False, repr=False)
+    #: a bf16 recipe that multiplies with vdpbf16ps (`dot_bf16` before `store_bf16`)
+    bf16_dot: bool = False
 
     def with_knobs(self, **values) -> "Recipe":
         unknown = set(values) - set(self.knobs)
@@ -126,23 +132,56 @@ def check_precision(precision, target) -> str:
     return precision
 
 
-def with_precision(recipe: Recipe, precision: str) -> Recipe:
-    """`recipe` followed by `store_bf16()` for precision "bf16" (unchanged for "fp32"; a recipe
-    that stores bf16 already is left as it is)."""
+def with_precision(recipe: Recipe, precision: str, target=None) -> Recipe:
+    """`recipe` followed by what `precision` needs: nothing for "fp32"; for "bf16", `store_bf16()`
+    (a recipe that stores bf16 already is left as it is).
+
+    With a `target` whose CPU has AVX512_BF16 (`dot_bf16.has_feature`), "bf16" also multiplies
+    in bfloat16: `dot_bf16()` (vdpbf16ps) comes before `store_bf16()`, as an optional step (a
+    model whose GEMMs do not fit keeps storage-only bf16).  Without a target the choice waits
+    for `for_target`, which the build applies (`build.schedule_model`)."""
     made_for = "bf16" if any(step.get("primitive") == "store_bf16" for step in recipe.steps) else recipe.precision
     if precision == made_for:
-        return recipe
+        return recipe if target is None else for_target(recipe, target)
     if made_for != "fp32":
         raise ValueError(f"recipe {recipe.name!r} is made for precision {made_for!r}, not {precision!r}")
-    if recipe.apply_fn is not None:
-        inner = recipe.apply_fn
+    return _bf16(recipe, target is not None and _dot.has_feature(target))
+
+
+def for_target(recipe: Recipe, target) -> Recipe:
+    """A bf16 recipe `with_precision` made, with `dot_bf16` exactly when the target's CPU has
+    AVX512_BF16 (knob choices kept); any other recipe unchanged (a recipe written with
+    store_bf16 or dot_bf16 steps is applied as written)."""
+    if recipe.fp32_base is None:
+        return recipe
+    dot = _dot.has_feature(target)
+    if dot == recipe.bf16_dot:
+        return recipe
+    return _bf16(replace(recipe.fp32_base, chosen=recipe.chosen), dot)
+
+
+def finish_bf16(rs: RecSchedule, dot: bool) -> RecSchedule:
+    """What precision "bf16" adds after a schedule: `dot_bf16()` when `dot` (skipped where no GEMM
+    fits it), then `store_bf16()` for the packed weights left in float32."""
+    if dot:
+        try:
+            rs.dot_bf16()
+        except ScheduleError:
+            pass             # no tiled GEMM of the form vdpbf16ps needs: storage-only bf16
+    return rs.store_bf16()
+
+
+def _bf16(base: Recipe, dot: bool) -> Recipe:
+    if base.apply_fn is not None:
+        inner = base.apply_fn
 
         def then_bf16(rs, **knobs):
             rs = (inner(rs, **knobs) if knobs else inner(rs)) or rs
-            return rs.store_bf16()
-        return replace(recipe, apply_fn=then_bf16, precision=precision)
-    return replace(recipe, steps=tuple(recipe.steps) + ({"primitive": "store_bf16", "args": {}},),
-                   precision=precision)
+            return finish_bf16(rs, dot)
+        return replace(base, apply_fn=then_bf16, precision="bf16", fp32_base=base, bf16_dot=dot)
+    dot_step = ({"primitive": "dot_bf16", "args": {}, "optional": True},) if dot else ()
+    return replace(base, steps=tuple(base.steps) + dot_step + ({"primitive": "store_bf16", "args": {}},),
+                   precision="bf16", fp32_base=base, bf16_dot=dot)
 
 
 def _kind(value) -> str:
@@ -177,7 +216,7 @@ def derived(model, target) -> Recipe:
     widest = max((g.middle for g in found), default=1)
     return Recipe("derived", model=type(model).__name__, target="llvm", default=True,
                   apply_fn=lambda rs, **knobs: _derive.derive(rs, info, **knobs),
-                  knobs=_derive.knob_space(widest, info))
+                  knobs=_derive.knob_space(widest, info, unrollable=model.program.spec.kind != "dag"))
 
 
 def _builtin():

@@ -138,7 +138,8 @@ class CompiledModel:
 
     def linearize(self, trees) -> _linearize.Linearized:
         """Validate and lay out a batch the way this kernel expects (padding, batching)."""
-        return self.signature.layout(trees, self.plan.node_tile, self.plan.dynamic_batching, self._vocab_bound)
+        return self.signature.layout(trees, self.plan.node_tile, self.plan.dynamic_batching, self._vocab_bound,
+                                     self.plan.unroll)
 
     def _state_buffers(self, num_slots):
         ws = self._workspace
@@ -173,7 +174,8 @@ class CompiledModel:
     def check(self, lin: _linearize.Linearized) -> None:
         """ValueError unless `lin` is safe for this kernel (see `run`)."""
         _linearize.check_bounds(lin, self._max_children, self._vocab_bound, self.signature.no_word,
-                                node_tile=self.plan.node_tile, leaf_words=bool(self.plan.hoisted))
+                                node_tile=self.plan.node_tile, leaf_words=bool(self.plan.hoisted),
+                                unroll=self.plan.unroll)
 
     def _visible(self, rows):
         """Rows of the first state without the kernel's padding (a copy only when padded)."""

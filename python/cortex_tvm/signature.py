@@ -88,10 +88,12 @@ class KernelSignature:
         leaves only."""
         return next((missing for _, _, missing in self.node_inputs if missing is not None), None)
 
-    def layout(self, trees, node_tile: int, batching: bool, vocab_bound) -> _linearize.Linearized:
-        """Validate and lay out a batch the way this kernel expects."""
+    def layout(self, trees, node_tile: int, batching: bool, vocab_bound, unroll=None) -> _linearize.Linearized:
+        """Validate and lay out a batch the way this kernel expects (`unroll`: (depth, chunks) of a
+        recursively unrolled kernel, see `unrolled_levels`)."""
         return _linearize.linearize(trees, self.max_children, pad=node_tile, vocab_size=vocab_bound,
-                                    batching=batching, allow_shared=self.kind == "dag", no_word=self.no_word)
+                                    batching=batching, allow_shared=self.kind == "dag", no_word=self.no_word,
+                                    unroll=unroll)
 
     def structure_args(self, lin: _linearize.Linearized, put=lambda a: a) -> list:
         """The leading arguments (node inputs .. max_level_size) for a linearized batch, each

@@ -121,22 +121,27 @@ def test_every_op_equals_numpy(schedule):
 
 @pytest.mark.parametrize("depth", [1, 3])
 def test_max_unroll_depth(gated, depth):
-    """max_unroll_depth reaches the schedule (the level loop is split by it) and keeps the numbers."""
+    """max_unroll_depth is CORTEX's recursive unrolling (unroll_recursion, one chunk per core) and
+    keeps the numbers; 1 leaves the schedule without it."""
     w, _ = gated
     compiled = ct.compile(cells.gated_rnn, weights=w, max_children=2, max_unroll_depth=depth)
     np.testing.assert_allclose(compiled(TREES), _gated_reference(TREES, w), atol=TOL, rtol=0)
+    assert compiled.plan.recursion_depth == depth
     traced, target = TracedModel(cells.gated_rnn, w, 2), ct.make_target("llvm")
     rs, _ = schedule_model(traced, target, with_unroll_depth(traced, target, None, depth))
-    unrolls = [s.as_json()["args"] for s in rs.trace if s.primitive == "unroll_levels"]
-    assert unrolls == [{"depth": depth}]
+    unrolls = [s.as_json()["args"] for s in rs.trace if s.primitive == "unroll_recursion"]
+    assert unrolls == ([] if depth == 1 else [{"depth": depth, "chunks": ct.target.cpu_info(target).cores}])
 
 
 def test_max_unroll_depth_sets_the_knob_of_a_recipe_that_has_one():
     zoo = ct.models.TreeLSTM(hidden_size=H, vocab_size=V)
     traced = TracedModel(cells.tree_lstm, zoo.weights)
-    recipe = with_unroll_depth(traced, ct.make_target("llvm"), "treelstm_llvm", 2)
-    assert recipe.knob_values()["unroll_depth"] == 2
+    recipe = with_unroll_depth(traced, ct.make_target("llvm"), None, 2)
+    assert recipe.knob_values()["recursion_depth"] == 2
+    # a recipe without the knob: its parallel columns turned off, then unroll_recursion
     compiled = ct.compile(cells.tree_lstm, weights=zoo.weights, schedule="treelstm_llvm", max_unroll_depth=2)
+    assert compiled.plan.recursion_depth == 2
+    assert "parallel_columns" not in [s["primitive"] for s in compiled.trace]
     np.testing.assert_allclose(compiled(TREES), zoo.reference(TREES), atol=TOL, rtol=0)
 
 

@@ -105,6 +105,9 @@ CASES = [
     Case("unroll_levels", "TreeFC", specialized, (2,), {"depth": 2},
          {"depth": 2.0}, "unroll_levels: argument 'depth' must be int, got float 2.0",
          (tvm.s_tir.Schedule, "unroll", tvm.s_tir.ScheduleError)),
+    Case("unroll_recursion", "TreeFC", specialized, (2,), {"depth": 2, "chunks": 2},
+         {"depth": 2, "chunks": "2"}, "unroll_recursion: argument 'chunks' must be int, got str '2'",
+         (kernels, "unrolled_region", ValueError)),
     Case("peel", "TreeFC", fc_tiled, ("internal_h_sum",), {"block": "internal_h_sum"},
          {"block": ["internal_h_sum"]}, "peel: argument 'block' must be str, got list"),
     Case("per_level_kernels", "TreeFC", specialized, (), {},
@@ -235,7 +238,7 @@ def test_docstring_and_signature_kept():
     assert list(params) == ["self", "block", "node_tile", "column_tile", "lanes", "k_unroll"]
     assert params["node_tile"].default == 3
     assert inspect.signature(RecSchedule.persist) == inspect.signature(RecSchedule.parallel_columns)
-    assert inspect.signature(RecSchedule.unroll_recursion) == inspect.signature(RecSchedule.unroll_levels)
+    assert list(inspect.signature(RecSchedule.unroll_recursion).parameters) == ["self", "depth", "chunks"]
 
 
 def test_replay_runs_only_primitives():

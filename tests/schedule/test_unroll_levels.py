@@ -70,17 +70,13 @@ def test_same_numbers(check_numbers, name):
     check_numbers(name, lambda rs: rs.unroll_levels(3))     # unspecialized: leaves in the loop too
 
 
-def test_unroll_recursion_is_a_deprecated_alias(fresh):
+def test_old_traces_of_unroll_recursion_replay_as_unroll_levels(fresh):
+    """unroll_recursion was unroll_levels' name before it became CORTEX's recursive unrolling;
+    a trace, recipe or tuning log written then (no `chunks` argument) replays as unroll_levels."""
     new = fresh("TreeFC").specialize_leaves().unroll_levels(2)
-    old = fresh("TreeFC").specialize_leaves()
-    with pytest.warns(DeprecationWarning, match="unroll_recursion is deprecated; use unroll_levels"):
-        assert old.unroll_recursion(2) is old
-    tvm.ir.assert_structural_equal(old.func, new.func)
-    assert old.trace_json() == new.trace_json() and old.unroll_depth == 2
-    # a trace, recipe or tuning log written with the old name replays as the new primitive
     replayed = fresh("TreeFC").replay('[{"primitive": "specialize_leaves"}, '
                                       '{"primitive": "unroll_recursion", "args": {"depth": 2}}]')
     tvm.ir.assert_structural_equal(replayed.func, new.func)
-    assert trace_names(replayed) == ["specialize_leaves", "unroll_levels"]
-    with pytest.warns(DeprecationWarning), pytest.raises(ct.ScheduleError, match="unroll_levels: argument 'depth'"):
-        fresh("TreeFC").unroll_recursion("2")
+    assert trace_names(replayed) == ["specialize_leaves", "unroll_levels"] and replayed.plan.recursion_depth == 1
+    with pytest.raises(ct.ScheduleError, match="unroll_levels: argument 'depth'"):
+        fresh("TreeFC").replay('[{"primitive": "unroll_recursion", "args": {"depth": "2"}}]')

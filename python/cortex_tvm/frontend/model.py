@@ -123,9 +123,9 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
     weights: name -> numpy array or torch tensor (float32), read in the function as p.<name>.
     max_children: the most children a node has (a missing child reads zero states).
     target, schedule, tuning_log: as `Model.compile` (the default schedule is
-    derived from the traced program and the target).  max_unroll_depth: levels computed per step of the
-    level loop (the schedule's `unroll_depth` knob, `RecSchedule.unroll_levels`);
-    None lets the schedule choose.  precision: "fp32" or "bf16" (as `Model.compile`).  Returns a `CompiledModel`: numpy (B, H), the
+    derived from the traced program and the target).  max_unroll_depth: CORTEX's recursive unrolling
+    (`RecSchedule.unroll_recursion`): each node computed in one step with its descendants
+    this many levels down, on one thread; None lets the schedule choose (it does not unroll).  precision: "fp32" or "bf16" (as `Model.compile`).  Returns a `CompiledModel`: numpy (B, H), the
     first state at each root.  Errors in the function raise TypeError/ValueError
     naming its line.
 

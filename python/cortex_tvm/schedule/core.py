@@ -336,6 +336,10 @@ class RecScheduleCore:
             if not isinstance(step, dict) or "primitive" not in step:
                 raise ScheduleError(f"recipe step {i} is not a {{'primitive': ..., 'args': ...}} object")
             name = step["primitive"]
+            if name == "unroll_recursion" and "chunks" not in (step.get("args") or {}):
+                # written while unroll_recursion was the old name of unroll_levels (every trace of
+                # CORTEX's unrolling records its chunks)
+                name = "unroll_levels"
             method = getattr(type(self), name, None) if isinstance(name, str) else None
             if hasattr(method, "renamed_to"):          # a trace written before the rename
                 name = method.renamed_to

@@ -174,9 +174,14 @@ def _is_untransformed(rs, name):
 
 def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int | None = None,
            k_unroll: int = 8, hoist: bool = True, parallel_columns: bool = True,
-           unroll_depth: int = 1, persistent_threads: bool = False):
-    """Apply the derived schedule to a fresh RecSchedule (see the module docstring); returns rs."""
+           unroll_depth: int = 1, persistent_threads: bool = False, recursion_depth: int = 1):
+    """Apply the derived schedule to a fresh RecSchedule (see the module docstring); returns rs.
+
+    recursion_depth > 1: CORTEX's recursive unrolling (`unroll_recursion`, one chunk of
+    groups per core) instead of parallel columns and level-loop unrolling."""
     lanes = lanes or info.lanes
+    unrolled = recursion_depth > 1
+    parallel_columns = parallel_columns and not unrolled
     found = _prepare(rs, node_tile, hoist)
     tiles = weight_tiles(found, node_tile, lanes, info.registers, max_column_vectors)
     for weight, tile in sorted(tiles.items()):
@@ -209,7 +214,10 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
         for name in rs.block_names("level"):
             if name not in rs.tiled and work_per_node(rs, name) >= PARALLEL_NODE_WORK:
                 rs.parallel_nodes(name)
-    rs.unroll_levels(unroll_depth)
+    if unrolled:
+        rs.unroll_recursion(recursion_depth, chunks=max(info.cores, 1))
+    else:
+        rs.unroll_levels(unroll_depth)
     if persistent_threads:
         rs.persistent_threads()        # refused (the point is invalid) without a parallel stage
     return rs
@@ -313,12 +321,17 @@ def default_node_tile(middle: int, info) -> int:
     return 3 if 3 in tiles else tiles[0]
 
 
-def knob_space(widest_middle: int, info) -> dict:
+def knob_space(widest_middle: int, info, unrollable: bool = False) -> dict:
     """The derived schedule's knobs for a program whose widest GEMM has `widest_middle`
-    accumulators per node and column vector, with the analytic default first."""
+    accumulators per node and column vector, with the analytic default first.
+
+    unrollable (trees and sequences, not DAGs): the space also holds CORTEX's recursive
+    unrolling (`recursion_depth` 2), which the analytic default and the shipped cost model's
+    candidates leave out: measured, it never paid on a CPU (docs/unrolling.md)."""
     default = default_node_tile(widest_middle, info)
     node_tile = [default] + [t for t in node_tiles(widest_middle, info) if t != default]
     lanes = [info.lanes] + ([info.lanes // 2] if info.lanes > 4 else [])
     return {"node_tile": node_tile, "max_column_vectors": [4, 2, 1, 8], "lanes": lanes,
             "k_unroll": [8, 4, 1], "hoist": [True, False], "parallel_columns": [True, False],
-            "unroll_depth": [1, 2, 3], "persistent_threads": [False, True]}
+            "unroll_depth": [1, 2, 3], "persistent_threads": [False, True],
+            **({"recursion_depth": [1, 2]} if unrollable else {})}

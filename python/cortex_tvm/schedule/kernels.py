@@ -99,12 +99,120 @@ class KernelPrimitives:
         """
         if self.plan.per_level:
             raise ScheduleError("persistent_threads: not with per_level_kernels() (each level is its own call)")
+        if self.plan.recursion_depth > 1:
+            raise ScheduleError("persistent_threads: not with unroll_recursion() (its steps are the parallel "
+                                "regions)")
         if self.bound_scopes or self.persistent_blocks is not None:
             raise ScheduleError("persistent_threads: a CPU primitive; this schedule binds GPU threads "
                                 "(the GPU's own is single_kernel(blocks))")
         self._rewrite(persistent_region)
         self.persistent_levels = True
         return self
+
+
+    @primitive
+    def unroll_recursion(self, depth: int, chunks: int = 2):
+        """CORTEX's recursive unrolling: a node is computed in one step with its descendants
+        `depth` levels down, on the thread that computes the node.
+
+        The linearizer groups every node whose depth below its root is a
+        multiple of `depth` (a *top*) with its descendants above the next
+        tops, and lays each step out as `chunks` runs of whole groups, each
+        run as `depth` levels (phases), the top last (`unrolled_levels`).
+        The level loop becomes steps of a parallel loop over the chunks, each
+        walking its phases in order: a node's children inside its group were
+        computed just before, by the same thread, so they are read from its
+        own cache, and there is no barrier between a node and its children,
+        only a join per step (instead of one per level and stage).  The
+        price: each thread multiplies its own nodes by every column of the
+        weights, so it streams all of a weight, not its share.
+
+        Trees and sequences unroll; a DAG (a node with several parents) is
+        refused by the linearizer, as it belongs to no single group.
+
+        Requires: leaves specialized; a single CPU kernel without persistent_threads,
+        unroll_levels or per_level_kernels, and no parallel loop inside a
+        level (the chunks are the parallelism: not with parallel_columns or
+        parallel_nodes).
+
+        Parameters
+        ----------
+        depth : int    levels computed per step (2: a node with its children)
+        chunks : int   runs of groups per step, run in parallel (the cores)
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ScheduleError  depth or chunks < 1, an incompatible primitive, a parallel stage
+
+        Examples
+        --------
+        Before::
+
+            for l in range(num_levels_plus_1 - 2):
+                with T.sblock("level"):
+                    vl = T.axis.opaque(num_levels_plus_1, l + 1)
+                    ...                                  # the level's nodes
+
+        ``rs.unroll_recursion(2, chunks=2)``; after::
+
+            for step in range((num_levels_plus_1 - 2) // 4):
+                for chunk in T.parallel(2):
+                    for phase in range(2):               # the children, then their parents
+                        with T.sblock("level"):
+                            vl = T.axis.opaque(num_levels_plus_1, (step * 2 + chunk) * 2 + phase + 1)
+                            ...
+        """
+        for name, value in (("depth", depth), ("chunks", chunks)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ScheduleError(f"unroll_recursion: {name} must be a positive int, got {value!r}")
+        if self.plan.per_level:
+            raise ScheduleError("unroll_recursion: not with per_level_kernels() (a step spans levels)")
+        if self.persistent_levels or self.unroll_depth > 1:
+            raise ScheduleError("unroll_recursion: not with persistent_threads() or unroll_levels(); it "
+                                "restructures the level loop itself")
+        if self.bound_scopes or self.persistent_blocks is not None:
+            raise ScheduleError("unroll_recursion: a CPU primitive; this schedule binds GPU threads")
+        if self.plan.recursion_depth > 1:
+            raise ScheduleError("unroll_recursion: applied already")
+        if not self.lowered.specialized:
+            raise ScheduleError("unroll_recursion: apply specialize_leaves() first (the leaves are level 0, "
+                                "computed before the steps)")
+        if depth == 1:
+            return self
+        self._rewrite(lambda f: unrolled_region(f, depth, chunks))
+        self.plan = replace(self.plan, recursion_depth=depth, recursion_chunks=chunks)
+        return self
+
+
+def unrolled_region(func, depth: int, chunks: int):
+    """The level loop as steps x parallel chunks x phases (see `unroll_recursion`)."""
+    root = func.body.block
+    parts = list(root.body.seq) if isinstance(root.body, tirx.SeqStmt) else [root.body]
+    level_loops = [p for p in parts if isinstance(p, tirx.For) and _first_block_name(p.body) == "level"]
+    if len(level_loops) != 1 or not isinstance(level_loops[0].body, tvm.s_tir.stmt.SBlockRealize):
+        raise ScheduleError("unroll_recursion: the level loop was transformed; apply it to the level loop "
+                            "as lowered")
+    loop = level_loops[0]
+    parallel = []
+    tvm_ffi.structural_walk(loop.body, (tirx.For, lambda f: parallel.append(f) if f.kind == tirx.ForKind.PARALLEL
+                                        else None))
+    if parallel:
+        raise ScheduleError("unroll_recursion: a stage of the level already runs in parallel "
+                            f"(loop {parallel[0].loop_var.name}); the chunks of a step are the parallel loop")
+    step, chunk, phase = (tirx.Var(name, "int32") for name in ("step", "chunk", "phase"))
+    level = (step * chunks + chunk) * depth + phase
+    body = tvm_ffi.structural_map(loop.body, (tvm.ir.Var, lambda v: level if v.same_as(loop.loop_var) else v),
+                                  order="post")
+    nest = tirx.For(phase, 0, depth, tirx.ForKind.SERIAL, body)
+    nest = tirx.For(chunk, 0, chunks, tirx.ForKind.PARALLEL, nest)
+    nest = tirx.For(step, 0, tirx.floordiv(loop.extent, depth * chunks), tirx.ForKind.SERIAL, nest)
+    parts = [nest if p.same_as(loop) else p for p in parts]
+    new_root = _with_block(root, body=tirx.SeqStmt(parts) if len(parts) > 1 else parts[0])
+    return func.with_body(tvm.s_tir.stmt.SBlockRealize(func.body.iter_values, func.body.predicate, new_root))
 
 
 def persistent_region(func):

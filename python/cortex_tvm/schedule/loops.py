@@ -239,6 +239,9 @@ class LoopPrimitives:
                 for r_0 in T.parallel(20):
                     for j_0 in range(n // 3): ...
         """
+        if self.plan.recursion_depth > 1:
+            raise ScheduleError("parallel_columns: the chunks of unroll_recursion are the parallel loop; a "
+                                "parallel loop inside them would nest")
         if not any(p[0] == weight for p in self.plan.packs):
             raise ScheduleError(f"parallel_columns: pack {weight!r} first (its column tiles are what "
                                 "runs in parallel)")
@@ -291,6 +294,9 @@ class LoopPrimitives:
                 for n in T.parallel(size):
                     for i_0, j_0, q, k in T.grid(16, 4, 2, 64): ...
         """
+        if self.plan.recursion_depth > 1:
+            raise ScheduleError("parallel_nodes: the chunks of unroll_recursion are the parallel loop; a "
+                                "parallel loop inside them would nest")
         if block not in self.block_names("level"):
             raise ScheduleError(f"parallel_nodes: no block {block!r} in the level; blocks are "
                                 f"{self.block_names('level')}")
@@ -331,7 +337,7 @@ class LoopPrimitives:
         it while the children's states are still in cache.  A guard skips
         levels past the root, so any tree height works.  (This unrolls the
         level loop of the linearized program; it is not CORTEX's recursive
-        unrolling, which inlines a node's children into its own computation.)
+        unrolling, `unroll_recursion`, which computes a node with its children on one thread.)
 
         Requires: not with per_level_kernels() (its levels are separate launches).
 
@@ -359,6 +365,8 @@ class LoopPrimitives:
             raise ScheduleError(f"unroll_levels: depth must be a positive int, got {depth!r}")
         if self.plan.per_level:
             raise ScheduleError("unroll_levels: not with per_level_kernels()")
+        if self.plan.recursion_depth > 1 and depth > 1:
+            raise ScheduleError("unroll_levels: not with unroll_recursion() (it restructures the level loop)")
         if self.persistent_levels and depth > 1:
             raise ScheduleError("unroll_levels: apply it before persistent_threads() (the region spans the level loop)")
         if depth > 1:
@@ -368,7 +376,6 @@ class LoopPrimitives:
         self.unroll_depth = depth
         return self
 
-    unroll_recursion = renamed("unroll_recursion", unroll_levels)
 
     @primitive
     def peel(self, block: str):
