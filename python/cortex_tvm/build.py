@@ -15,7 +15,7 @@ import tvm
 import tvm_ffi
 from tvm.target import Target
 
-from . import config, integrity, recipes
+from . import config, dot_bf16, integrity, recipes
 from .runtime import CompiledModel, model_weight_arrays
 from .schedule import RecSchedule, ScheduleError
 from .target import make_target
@@ -122,6 +122,7 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
     and an optional disk cache (CORTEX_TVM_CACHE_DIR) shared between processes."""
     global _compiles
     pass_config = pass_config or {}
+    dot_bf16.check_target(mod, target)      # vdpbf16ps code for a CPU without it: a clear error, not SIGILL
     key = (tvm_ffi.structural_hash(mod), str(target), repr(sorted(pass_config.items())))
     with _cache_lock:
         if key in _cache:
@@ -138,12 +139,20 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
         return executable
 
 
-def schedule_model(model, target, schedule=None):
-    """model -> lowered -> RecSchedule with the recipe applied and finalized."""
+def schedule_model(model, target, schedule=None, bf16_dot: bool = True):
+    """model -> lowered -> RecSchedule with the recipe applied and finalized.
+
+    A bf16 recipe made by `recipes.with_precision` multiplies with vdpbf16ps (`dot_bf16`)
+    where the target's CPU has AVX512_BF16; `bf16_dot=False` keeps it storage-only (for code
+    that someone else compiles, for a target this cannot check)."""
     def fresh():
         return RecSchedule(model.lower(specialize_leaves=False))
 
     recipe = recipes.resolve(model, target, schedule)
+    if bf16_dot:
+        recipe = recipes.for_target(recipe, target)
+    elif recipe.bf16_dot:
+        recipe = recipes.for_target(recipe, None)
     if recipe.knobs:
         try:
             recipe = recipe.fitted(fresh)

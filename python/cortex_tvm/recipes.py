@@ -150,11 +150,11 @@ def with_precision(recipe: Recipe, precision: str, target=None) -> Recipe:
 
 def for_target(recipe: Recipe, target) -> Recipe:
     """A bf16 recipe `with_precision` made, with `dot_bf16` exactly when the target's CPU has
-    AVX512_BF16 (knob choices kept); any other recipe unchanged (a recipe written with
-    store_bf16 or dot_bf16 steps is applied as written)."""
+    AVX512_BF16 (knob choices kept; target None: without); any other recipe unchanged (a
+    recipe written with store_bf16 or dot_bf16 steps is applied as written)."""
     if recipe.fp32_base is None:
         return recipe
-    dot = _dot.has_feature(target)
+    dot = target is not None and _dot.has_feature(target)
     if dot == recipe.bf16_dot:
         return recipe
     return _bf16(replace(recipe.fp32_base, chosen=recipe.chosen), dot)

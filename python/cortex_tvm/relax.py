@@ -65,7 +65,9 @@ class RecursiveCall:
         # the sizes padded to the vector width as compile() pads them; the roots are sliced back
         kernel_model = compiled_form(model, tgt)
         schedule = _recipes.with_precision(_recipes.resolve(kernel_model, tgt, schedule), precision)
-        rs, recipe = _build.schedule_model(kernel_model, tgt, schedule)
+        # bf16 stays storage-only here: the caller compiles the module, for any target, and LLVM
+        # aborts the process on vdpbf16ps (dot_bf16) for a CPU without AVX512_BF16
+        rs, recipe = _build.schedule_model(kernel_model, tgt, schedule, bf16_dot=False)
         if rs.plan.per_level:
             raise ValueError(f"as_relax: recipe {recipe.name!r} uses per-level kernels; Relax embedding "
                              "needs a single-kernel schedule (pass schedule=... without per_level_kernels)")
@@ -145,7 +147,8 @@ class RecursiveCall:
 
 def as_relax(model, target="llvm", schedule=None, precision="fp32"):
     """(mod, make_inputs): a Relax IRModule whose `main` returns the root states of a batch.
-    precision: as `Model.compile` ("bf16" stores the packed weights as bfloat16)."""
+    precision: as `Model.compile` ("bf16" stores the packed weights as bfloat16; the products
+    stay float32 here even on a CPU with AVX512_BF16, see `RecSchedule.dot_bf16`)."""
     call = RecursiveCall(model, target, schedule, precision)
     bb = relax.BlockBuilder()
     with bb.function("main", call.params):

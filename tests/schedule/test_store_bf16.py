@@ -6,12 +6,15 @@ rounding in the parameter transform); the rounding itself (nearest, ties to even
 numpy implementation, halfway cases included; every zoo model against the float64 reference
 computed with the same weights rounded to bfloat16 (tight: the kernel computes exactly that
 model) and with the float32 weights (the accuracy bound users get, 1e-2); export, load and
-Relax; the records' key; and the errors.
+Relax; the records' key; and the errors.  The builds here are for this machine's CPU without
+AVX512_BF16 (`STORAGE`): where the CPU has it, compile(precision="bf16") also multiplies in
+bfloat16 (dot_bf16, tests/schedule/test_dot_bf16.py), which this file does not check.
 """
 import os
 
 import numpy as np
 import pytest
+from tvm.target import codegen
 
 import cortex_tvm as ct
 from cortex_tvm.bench.cases import OPTIONS, structures
@@ -22,6 +25,8 @@ from cortex_tvm.target import make_target
 from cortex_tvm.tune.workload import Workload
 
 H = 32
+#: this machine's CPU with AVX512_BF16 turned off: precision="bf16" is storage-only bf16 here
+STORAGE = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "mattr": ["-avx512bf16"]}
 
 
 def bf16_round(x):
@@ -58,7 +63,7 @@ def sst():
 def treelstm(sst):
     trees, V = sst
     model = ct.models.TreeLSTM(hidden_size=H, vocab_size=V)
-    return model, model.compile(precision="bf16")
+    return model, model.compile(precision="bf16", target=STORAGE)
 
 
 # -- IR -------------------------------------------------------------------------------------
@@ -110,7 +115,7 @@ def test_rounding_is_nearest_ties_to_even(sst):
                np.float32(3.3895314e38)]           # rounds up to the largest finite bfloat16
     W.ravel()[:len(halfway)] = halfway
     model.load_weights({**model.weights, "W": W})
-    compiled = model.compile(precision="bf16")
+    compiled = model.compile(precision="bf16", target=STORAGE)
     assert compiled.plan.bf16_weights == ("W",)
     packed = compiled._weights[[n for n, *_ in compiled.signature.weights].index("W_packed")]
     assert packed.dtype == np.uint16
@@ -127,7 +132,7 @@ def test_rounding_is_nearest_ties_to_even(sst):
 def test_zoo_model_against_float64(name, sst):
     trees, V = sst
     model = _model(name, V)
-    compiled = model.compile(precision="bf16")
+    compiled = model.compile(precision="bf16", target=STORAGE)
     assert compiled.precision == "bf16" and compiled.plan.bf16_weights
     assert set(compiled.plan.bf16_weights) <= set(model.weights)
     batch = structures(name, trees[:12])
@@ -184,7 +189,7 @@ def test_traced_cell_compiles_in_bf16(sst):
     weights = {"emb": rng.standard_normal((V, H)).astype("float32"),
                "W": (rng.standard_normal((H, H)) / np.sqrt(H)).astype("float32"),
                "b": np.zeros(H, "float32")}
-    compiled = ct.compile(tree_fc, weights=weights, max_children=2, precision="bf16")
+    compiled = ct.compile(tree_fc, weights=weights, max_children=2, precision="bf16", target=STORAGE)
     assert compiled.precision == "bf16"
     fp32 = ct.compile(tree_fc, weights=weights, max_children=2)
     rounded = ct.compile(tree_fc, weights={**weights, "W": bf16_round(weights["W"])}, max_children=2)

@@ -1,0 +1,333 @@
+"""TIR rewrites behind `RecSchedule.dot_bf16`: bfloat16 dot products with AVX512_BF16's `vdpbf16ps`.
+
+`vdpbf16ps acc, a, b` adds to each of 16 float32 lanes the dot product of a
+pair of bfloat16 values of `a` with the pair of `b` in the same lane: 32
+multiply-adds per instruction, twice an fp32 FMA's 16, from operands of half
+the bytes.  A register-tiled GEMM (`tile_gemm`) gets it as follows:
+
+* the packed weight `W_packed[a, k, c]` (a column tile, the reduction index,
+  16-lane column vectors) is written by the parameter transform as
+  `W_packed[a, k // 2, c]`: a uint32 holding the bfloat16 bits of
+  `W[.., k]` (low half) and `W[.., k + 1]` (high half), so a 16-lane vector
+  of it is one `vdpbf16ps` operand;
+* the GEMM's innermost reduction loop is split by 2 and the pair loop moved
+  inside the 16-lane loop; the two loops become one instruction: the lane
+  vector of accumulators += the weight pairs . the child state's pair
+  (`x[k]`, `x[k + 1]`) rounded to bfloat16 and broadcast to every lane;
+* any other read of the weight widens its half of the pair to float32.
+
+TVM 0.27's LLVM code generator cannot pass `<32 x bfloat>` operands (its
+`bfloat16` lanes are legalized to float32 or uint16 before code generation),
+so the kernel calls a small LLVM function, `cortex_dpbf16ps`, that takes
+`<16 x i32>` operands, bitcasts them and calls
+`llvm.x86.avx512bf16.dpbf16ps.512`; its IR is linked into the module by
+TVM's `pragma_import_llvm` attribute and inlined (`alwaysinline`), so the
+kernel's loop holds the instruction itself.  The code needs a CPU with
+AVX512_BF16 (Intel Cooper Lake, Sapphire Rapids and later; AMD Zen 4 and
+later): `check_target` refuses to build it for another.
+"""
+from __future__ import annotations
+
+import tvm
+import tvm.sym
+import tvm_ffi
+from tvm import te, tirx
+
+from . import passes
+
+#: the LLVM function the kernel calls for one `vdpbf16ps` (16 float32 lanes, 16 bf16 pairs)
+FUNC = "cortex_dpbf16ps"
+#: float32 lanes of one `vdpbf16ps`
+LANES = 16
+#: the attribute under which TVM's LLVM code generator links LLVM IR into the module
+IMPORT_ATTR = "pragma_import_llvm"
+#: the LLVM x86 feature the instruction needs
+FEATURE = "avx512bf16"
+#: the storage of a packed weight with pairs interleaved: two bfloat16 bit patterns per element
+PAIR_STORAGE = "uint32"
+
+LLVM_IR = f"""
+define internal <16 x float> @{FUNC}(<16 x float> %acc, <16 x i32> %a, <16 x i32> %b) #0 {{
+  %a.bf16 = bitcast <16 x i32> %a to <32 x bfloat>
+  %b.bf16 = bitcast <16 x i32> %b to <32 x bfloat>
+  %r = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %a.bf16, <32 x bfloat> %b.bf16)
+  ret <16 x float> %r
+}}
+declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)
+attributes #0 = {{ alwaysinline nounwind readnone "target-features"="+avx512bf16,+avx512f" }}
+"""
+
+
+# ----------------------------------------------------------------------------- targets
+def has_feature(target) -> bool:
+    """Whether the CPU target's LLVM features include AVX512_BF16 (False for a non-CPU target)."""
+    from .target import make_target
+    target = make_target(target)
+    if target.kind.name != "llvm":
+        return False
+    return FEATURE in set(tvm.target.codegen.llvm_get_cpu_features(target))
+
+
+def uses_dot(mod) -> bool:
+    """Whether a module (or PrimFunc) calls `vdpbf16ps` through `cortex_dpbf16ps`."""
+    found = []
+
+    def on_attr(a):
+        if a.attr_key == IMPORT_ATTR and FUNC in str(getattr(a.value, "value", "")):
+            found.append(a)
+    funcs = mod.functions.values() if isinstance(mod, tvm.IRModule) else [mod]
+    for func in funcs:
+        if isinstance(func, tirx.PrimFunc):
+            tvm_ffi.structural_walk(func.body, (tirx.AttrStmt, on_attr), order="pre")
+    return bool(found)
+
+
+def check_target(mod, target) -> None:
+    """ValueError when `mod` uses `vdpbf16ps` and the target's CPU lacks AVX512_BF16 (the code
+    would stop with SIGILL at its first call)."""
+    if uses_dot(mod) and not has_feature(target):
+        mcpu = target.attrs.get("mcpu", "") if target.kind.name == "llvm" else target.kind.name
+        raise ValueError(f"this schedule uses vdpbf16ps (dot_bf16), which needs a CPU with AVX512_BF16; "
+                         f"the target {str(mcpu) or 'generic'!r} has none.  Build it for such a CPU "
+                         "(e.g. mcpu='sapphirerapids' or 'znver4'), or leave dot_bf16 out (store_bf16 keeps "
+                         "bfloat16 weights with float32 arithmetic on any CPU)")
+
+
+# ----------------------------------------------------------------------------- values
+def bf16_bits32(value):
+    """float32 expression -> its bfloat16 bits (nearest, ties to even) in the low half of a uint32."""
+    bits = tirx.reinterpret("uint32", value)
+    lsb = (bits >> tirx.const(16, "uint32")) & tirx.const(1, "uint32")
+    return (bits + tirx.const(0x7FFF, "uint32") + lsb) >> tirx.const(16, "uint32")
+
+
+def pair_bits(low, high):
+    """Two float32 expressions -> one uint32: bfloat16(low) in bits 0-15, bfloat16(high) in 16-31."""
+    return bf16_bits32(low) | (bf16_bits32(high) << tirx.const(16, "uint32"))
+
+
+def pair_decode(pairs, indices):
+    """The float32 value of element (a, k, c) of a weight stored as pairs: its half of
+    `pairs[a, k // 2, c]` moved to the upper 16 bits."""
+    a, k, c = indices
+    word = tirx.BufferLoad(pairs, [a, tirx.floordiv(k, 2), c])
+    shift = tirx.Cast("uint32", tirx.floormod(k, 2)) * tirx.const(16, "uint32")
+    return tirx.reinterpret("float32", (word >> shift) << tirx.const(16, "uint32"))
+
+
+# ----------------------------------------------------------------------------- the transform
+def pack_pairs(transform, weight: str, packed_name: str, inverse_fn):
+    """The parameter transform with `packed_name` (float32 [A, K, C], written by the pack block
+    from `weight` through `inverse_fn`) written as uint32 pairs [A, K // 2, C]; the transform's
+    own reads of the packed copy (a leaf table's) widen their half of the pair."""
+    old = passes.param(transform, packed_name)
+    A, K, C = (int(d) for d in old.shape)
+    raw = passes.param(transform, weight)
+    new = tirx.decl_buffer((A, K // 2, C), PAIR_STORAGE, name=packed_name, data_alignment=4)
+    source = te.placeholder(tuple(int(d) for d in raw.shape), str(raw.dtype), name=weight)
+    made_target = te.compute(
+        (A, K // 2, C),
+        lambda a, kp, c: pair_bits(source[inverse_fn(a, kp * 2, c)], source[inverse_fn(a, kp * 2 + 1, c)]),
+        name=passes.pack_block(weight))
+    made = te.create_prim_func([source, made_target])
+    swap = {made.params[0]: raw, made.params[1]: new}
+    nest = tvm_ffi.structural_map(made.body.block.body, (tvm.ir.Var, lambda v: swap.get(v, v)), order="post")
+    root = transform.body.block
+    parts = list(root.body.seq) if isinstance(root.body, tirx.SeqStmt) else [root.body]
+    index = [i for i, part in enumerate(parts) if _has_block(part, passes.pack_block(weight))]
+    if len(index) != 1:
+        raise ValueError(f"the transform has no single block {passes.pack_block(weight)!r}")
+    parts[index[0]] = nest
+    body = tirx.SeqStmt(parts) if len(parts) > 1 else parts[0]
+    root = tvm.s_tir.stmt.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, body, root.init,
+                                 root.alloc_buffers, root.match_buffers, root.annotations)
+    func = tirx.PrimFunc([new if p.same_as(old) else p for p in transform.params],
+                         tvm.s_tir.stmt.SBlockRealize(transform.body.iter_values, transform.body.predicate, root),
+                         attrs=transform.attrs)
+    return widen_reads(func, old, new)
+
+
+def _has_block(stmt, name) -> bool:
+    found = []
+    tvm_ffi.structural_walk(stmt, (tvm.s_tir.stmt.SBlock, lambda b: found.append(b) if b.name_hint == name else None))
+    return bool(found)
+
+
+def widen_reads(func, old, new):
+    """Every remaining load of `old` (float32 [A, K, C]) reads its half of `new`'s pair; `old`'s
+    regions become `new`'s whole; the parameter becomes `new`."""
+    def on_load(ld):
+        if ld.source.same_as(old):
+            return pair_decode(new, list(ld.indices))
+        return ld
+
+    def on_region(r):
+        if r.source.same_as(old):
+            return tirx.BufferRegion(new, [tvm.ir.Range.from_min_extent(0, d) for d in new.shape])
+        return r
+
+    func = tvm_ffi.structural_map(func, [(tvm.ir.TensorLoad, on_load), (tvm.ir.TensorRegion, on_region)],
+                                  order="post")
+    return tvm_ffi.structural_map(func, (tvm.ir.Var, lambda v: new if v.same_as(old) else v), order="post")
+
+
+# ----------------------------------------------------------------------------- the kernel
+class NotADot(ValueError):
+    """The GEMM update does not have the form the rewrite needs (the message says why)."""
+
+
+def _dtype(expr) -> str:
+    return str(expr.ty)
+
+
+def _subst(expr, mapping):
+    return tvm_ffi.structural_map(expr, (tvm.ir.Var, lambda v: mapping.get(v, v)), order="post")
+
+
+def _uses(expr, var) -> bool:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: found.append(v) if v.same_as(var) else None))
+    return bool(found)
+
+
+def _all_loads(expr) -> list:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, found.append))
+    return found
+
+
+def _loads_of(expr, buffer) -> list:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda ld: found.append(ld) if ld.source.same_as(buffer) else None))
+    return found
+
+
+class _Update:
+    """One GEMM update `acc[...] = acc[...] + W[a, k, c] * x` under `for lane: for pair:`,
+    analysed in the loop variables: what the vector form needs, or NotADot."""
+
+    def __init__(self, lane_loop, pair_loop, realize, weight):
+        ana = tvm.sym.Analyzer()
+        L, P = lane_loop.loop_var, pair_loop.loop_var
+        block = realize.block
+        bind = {iv.var: value for iv, value in zip(block.iter_vars, realize.iter_values)}
+        store = _subst(block.body, bind)
+        if not isinstance(store, tirx.BufferStore) or block.init is not None:
+            raise NotADot(f"{block.name_hint!r} is not one store (decompose its reduction first)")
+        value = store.value
+        if not isinstance(value, tirx.Add):
+            raise NotADot(f"{block.name_hint!r} does not accumulate (acc + w * x)")
+        acc_load, product = value.a, value.b
+        if not (isinstance(acc_load, tvm.ir.TensorLoad) and acc_load.source.same_as(store.buffer)
+                and all(ana.can_prove_equal(i, j) for i, j in zip(acc_load.indices, store.indices))):
+            acc_load, product = value.b, value.a
+        if not (isinstance(acc_load, tvm.ir.TensorLoad) and acc_load.source.same_as(store.buffer)
+                and all(ana.can_prove_equal(i, j) for i, j in zip(acc_load.indices, store.indices))):
+            raise NotADot(f"{block.name_hint!r} does not accumulate into the buffer it reads")
+        if not isinstance(product, tirx.Mul):
+            raise NotADot(f"{block.name_hint!r} does not add a product")
+        w, x = product.a, product.b
+        if not (isinstance(w, tvm.ir.TensorLoad) and w.source.same_as(weight)):
+            w, x = x, w
+        if not (isinstance(w, tvm.ir.TensorLoad) and w.source.same_as(weight)) or _loads_of(x, weight):
+            raise NotADot(f"{block.name_hint!r} does not multiply one load of {weight.name!r} by a value "
+                          "that does not read it")
+        if str(store.buffer.dtype) != "float32" or _dtype(x) != "float32":
+            raise NotADot(f"{block.name_hint!r} is not float32")
+        if _uses(x, L):
+            raise NotADot(f"the state operand of {block.name_hint!r} changes along the lanes")
+        pred = _subst(realize.predicate, bind)
+        if _uses(pred, L) or _uses(pred, P):
+            raise NotADot(f"{block.name_hint!r} has a bounds check inside the lanes")
+
+        def at(e, lane, pair):
+            return ana.simplify(_subst(e, {L: tirx.const(lane, _dtype(L)), P: tirx.const(pair, _dtype(P))}))
+
+        def steps(indices, dim_lane, dim_pair):
+            base = [at(i, 0, 0) for i in indices]
+            for d, i in enumerate(indices):
+                if not ana.can_prove_equal(at(i, LANES - 1, 0) - base[d], LANES - 1 if d == dim_lane else 0):
+                    return None
+                if not ana.can_prove_equal(at(i, 0, 1) - base[d], 1 if d == dim_pair else 0):
+                    return None
+            return base
+
+        acc_base = steps(list(store.indices), len(store.indices) - 1, None)
+        if acc_base is None:
+            raise NotADot(f"{block.name_hint!r}: the lanes are not consecutive accumulators")
+        if len(w.indices) != 3:
+            raise NotADot(f"{weight.name!r} is not packed as [tile, k, column]")
+        w_base = steps(list(w.indices), 2, 1)
+        if w_base is None:
+            raise NotADot(f"{block.name_hint!r}: the lanes are not consecutive columns of {weight.name!r} "
+                          "or the pair not consecutive reduction indices")
+        if not ana.can_prove_equal(tirx.floormod(w_base[1], 2), 0):
+            raise NotADot(f"{block.name_hint!r}: the pairs of reduction indices do not start at even indices")
+        self.store, self.acc_base, self.w_base = store, acc_base, w_base
+        self.x0, self.x1 = at(x, 0, 0), at(x, 0, 1)
+        self.predicate = at(pred, 0, 0)
+        self.name = block.name_hint
+
+    def vector_block(self, pairs):
+        """The realize of an opaque block computing the 16 lanes x 2 pairs with one call."""
+        acc = self.store.buffer
+        idx = self.acc_base[:-1] + [tirx.Ramp(self.acc_base[-1], 1, LANES)]
+        a, k, c = self.w_base
+        weights = tirx.BufferLoad(pairs, [a, tirx.floordiv(k, 2), tirx.Ramp(c, 1, LANES)])
+        state = tirx.Broadcast(tirx.reinterpret("int32", pair_bits(self.x0, self.x1)), LANES)
+        call = tirx.call_extern(f"float32x{LANES}", FUNC, tirx.BufferLoad(acc, idx), state,
+                                tirx.reinterpret(f"int32x{LANES}", weights))
+        body = tirx.BufferStore(acc, call, idx)
+        block = tvm.s_tir.stmt.SBlock([], [], [], self.name, body)
+        buffers = {}
+        for ld in _all_loads(body):
+            buffers[ld.source] = ld.source
+        buffers[acc] = acc
+        reads, writes = tvm.s_tir.analysis.get_sblock_read_write_region(block, buffers)
+        block = tvm.s_tir.stmt.SBlock([], reads, writes, self.name, body)
+        return tvm.s_tir.stmt.SBlockRealize([], self.predicate, block)
+
+
+def _lane_pair_nest(f, block_name):
+    """(pair loop, realize) when `f` is `for lane in T.vectorized(16): for pair in range(2):
+    realize(block_name)`, else None."""
+    if (f.kind != tirx.ForKind.VECTORIZED or not isinstance(f.extent, tirx.IntImm) or f.extent.value != LANES
+            or not isinstance(f.body, tirx.For)):
+        return None
+    pair = f.body
+    if not (isinstance(pair.extent, tirx.IntImm) and pair.extent.value == 2
+            and isinstance(pair.body, tvm.s_tir.stmt.SBlockRealize) and pair.body.block.name_hint == block_name):
+        return None
+    return pair, pair.body
+
+
+def check_update(func, block_name: str, weight):
+    """NotADot unless every `block_name` realize under a lane x pair nest has the dot form."""
+    count = [0]
+
+    def on_for(f):
+        nest = _lane_pair_nest(f, block_name)
+        if nest is not None:
+            _Update(f, nest[0], nest[1], weight)
+            count[0] += 1
+    tvm_ffi.structural_walk(func.body, (tirx.For, on_for), order="pre")
+    if not count[0]:
+        raise NotADot(f"no {LANES}-lane x pair loop nest around {block_name!r}")
+
+
+def rewrite_updates(func, block_name: str, weight, pairs):
+    """Each `for lane (16, vectorized): for pair (2): realize(block_name)` becomes one block
+    calling `cortex_dpbf16ps` (its LLVM IR imported at that point: TVM links each import, and the
+    internal function is inlined wherever it is called).  Returns (func, how many nests)."""
+    count = [0]
+
+    def on_for(f):
+        nest = _lane_pair_nest(f, block_name)
+        if nest is None:
+            return f
+        update = _Update(f, nest[0], nest[1], weight)
+        count[0] += 1
+        return tirx.AttrStmt(tirx.const(0, "int32"), IMPORT_ATTR, tvm.ir.StringImm(LLVM_IR),
+                             update.vector_block(pairs))
+    func = tvm_ffi.structural_map(func, (tirx.For, on_for), order="post")
+    return func, count[0]
