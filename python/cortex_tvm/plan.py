@@ -14,6 +14,8 @@ FUNC_NAME = "cortex_main"
 TRANSFORM_FUNC = "cortex_transform_params"
 #: the three functions of `per_level_kernels`: leaves, one level (called per level), roots
 LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC = "cortex_leaves", "cortex_level", "cortex_roots"
+#: the compiled twin of `linearize.check_bounds` in every CPU module (`check_kernel`)
+CHECK_FUNC = "cortex_check"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import tvm
 from . import export as _export
 from . import linearize as _linearize
 from . import torch_interop
-from .plan import TRANSFORM_FUNC, kernel_names
+from .plan import CHECK_FUNC, TRANSFORM_FUNC, kernel_names
 
 
 #: bytes every array the kernel reads is aligned to: a cache line, so no vector load of a
@@ -130,6 +130,9 @@ class CompiledModel:
         self._workspace = _Workspace()
         self._upload_lock = threading.Lock()
         self._functions = [executable[n] for n in kernel_names(plan)]
+        #: the compiled bounds check (`check_kernel`), where the module has one (CPU, and exports
+        #: made since it exists); else run(lin) checks in numpy only
+        self._check_kernel = executable[CHECK_FUNC] if executable.mod.implements_function(CHECK_FUNC) else None
 
     @property
     def precision(self) -> str:
@@ -172,7 +175,38 @@ class CompiledModel:
         return self._visible(out), states
 
     def check(self, lin: _linearize.Linearized) -> None:
-        """ValueError unless `lin` is safe for this kernel (see `run`)."""
+        """ValueError unless `lin` is safe for this kernel (see `run`).
+
+        The compiled check answers first (about 1 us); when it finds a fault, or cannot take
+        the arrays, `linearize.check_bounds` runs and raises the ValueError that names it."""
+        if self._check_kernel is not None and self.plan.unroll is None and self._checkable(lin):
+            status = np.zeros(1, np.int32)
+            vocab = self._vocab_bound or 0
+            no_word = self.signature.no_word
+            self._check_kernel(lin.children, lin.num_children, lin.words, lin.level_offsets, lin.roots, status,
+                               vocab, int(no_word is not None), no_word or 0, self.plan.node_tile,
+                               int(bool(self.plan.hoisted)))
+            if status[0] == 0:
+                return
+            self._check_in_numpy(lin)
+            raise ValueError(f"run: the arrays break an invariant of the kernel (compiled check code "
+                             f"{int(status[0])}, see check_kernel.py)")
+        self._check_in_numpy(lin)
+
+    def _checkable(self, lin) -> bool:
+        """Whether the compiled check may read `lin`'s arrays: int32, C-contiguous, shapes that agree."""
+        arrays = (lin.children, lin.num_children, lin.words, lin.level_offsets, lin.roots) \
+            if isinstance(lin, _linearize.Linearized) else ()
+        # (TVM takes a zero-size array's strides for a non-compact array: numpy checks those)
+        if not arrays or not all(isinstance(a, np.ndarray) and a.dtype == np.int32 and a.flags.c_contiguous
+                                 and a.size for a in arrays):
+            return False
+        children, num_children, words, level_offsets, roots = arrays
+        return (children.ndim == 2 and children.shape[1] == self._max_children
+                and num_children.shape == words.shape == children.shape[:1]
+                and level_offsets.ndim == 1 and level_offsets.shape[0] >= 2 and roots.ndim == 1)
+
+    def _check_in_numpy(self, lin) -> None:
         _linearize.check_bounds(lin, self._max_children, self._vocab_bound, self.signature.no_word,
                                 node_tile=self.plan.node_tile, leaf_words=bool(self.plan.hoisted),
                                 unroll=self.plan.unroll)

@@ -8,7 +8,9 @@ object (`rs.split`, `rs.get_loops`, ...) and applies to the blocks inside.
 """
 import tvm
 
+from ..check_kernel import check_function
 from ..lower import FUNC_NAME
+from ..plan import CHECK_FUNC
 from .core import RecScheduleCore, RuntimePlan, ScheduleError, Step
 from .gpu import GpuPrimitives
 from .kernels import KernelPrimitives, persistent_region, split_per_level
@@ -34,13 +36,16 @@ class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimit
 
     def module(self) -> "tvm.IRModule":
         """The IRModule to build: the kernel (split into leaves / level / roots functions with
-        `per_level_kernels`) and, when there are any, the parameter transforms beside it."""
+        `per_level_kernels`), the parameter transforms beside it when there are any, and on a
+        CPU the compiled bounds check (`check_kernel`) that `run(lin)` calls."""
         functions = self._functions()
         kernel = functions.pop(FUNC_NAME)
         mod = split_per_level(kernel, self.lowered.first_level) if self.plan.per_level \
             else tvm.IRModule({FUNC_NAME: kernel})
         for name, func in functions.items():
             mod[name] = func
+        if not self.bound_scopes and self.persistent_blocks is None:      # a CPU module
+            mod[CHECK_FUNC] = check_function()
         return mod
 
     def finalize(self):
