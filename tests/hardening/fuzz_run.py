@@ -65,7 +65,7 @@ def apply(lin, changes):
         if kind == "set" and flat.size:
             flat[i % flat.size] = np.int64(value).astype(flat.dtype)      # wraps, as a C cast would
         elif kind == "nudge" and flat.size:       # near-valid: one element off by -2..2
-            flat[i % flat.size] += value % 5 - 2
+            flat[i % flat.size] = (flat[i % flat.size].astype(np.int64) + value % 5 - 2).astype(flat.dtype)
         elif kind == "swap" and flat.size:
             x, y = i % flat.size, j % flat.size
             flat[x], flat[y] = flat[y], flat[x]
