@@ -56,7 +56,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--target", default="llvm")
+    parser.add_argument("--mcpu", default=None, help="build for this LLVM CPU instead (haswell: AVX2 code)")
     args = parser.parse_args(argv)
+    if args.mcpu is not None:
+        args.target = {"kind": "llvm", "mcpu": args.mcpu}
     for name in args.models:
         for hidden in args.hidden:
             model, trees, compiled = builds(name, hidden, args.knob, args.target)
