@@ -13,7 +13,7 @@ from . import recipes
 from .build import build_module, build_schedule, schedule_model
 from .padding import compiled_form
 from .recipes import check_precision, with_precision
-from .target import cpu_info, make_target
+from .target import cpu_info, cuda_sm_count, make_target
 from .tune.apply import resolve_recipe
 from .tune.pretrained import choose
 
@@ -60,7 +60,7 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
         # each one's schedule is applied to read its program (0.7-6 s at the zoo's sizes)
         schedule = choose(recipes.resolve(kernel_model, tgt, None), kernel_model, tgt)
     schedule = with_unroll_depth(kernel_model, tgt, schedule, max_unroll_depth)
-    schedule = with_precision(recipes.resolve(kernel_model, tgt, schedule), precision)
+    schedule = with_device_grid(with_precision(recipes.resolve(kernel_model, tgt, schedule), precision), tgt)
     rs, recipe = schedule_model(kernel_model, tgt, schedule)
     return build_schedule(kernel_model, rs, tgt, recipe, bounds_check,
                           state_shapes=[s.shape for s in model.program.states])
@@ -90,6 +90,20 @@ def cross_compile(model, target, path, schedule=None, precision="fp32") -> str:
                    "weight_padding": {name: [list(p) for p in pads] for name, pads in padding.items()},
                    "functions": sorted(g.name_hint for g in mod.functions)}, f, indent=1)
     return str(path)
+
+
+#: the CUDA recipes' knob for the persistent kernel's grid (`single_kernel(blocks)`)
+GRID_KNOB = "grid"
+
+
+def with_device_grid(recipe, target):
+    """A CUDA recipe's grid knob set to the visible GPU's SM count (one persistent block per SM),
+    unless the recipe's knobs were chosen already (a tuning log's record, the user's); without a
+    visible GPU the recipe's default grid stays (132: an H100/H200)."""
+    if target.kind.name != "cuda" or GRID_KNOB not in recipe.knobs or GRID_KNOB in recipe.chosen:
+        return recipe
+    sm_count = cuda_sm_count()
+    return recipe if sm_count is None else recipe.with_knobs(**{GRID_KNOB: sm_count})
 
 
 #: the derived schedule's knob for CORTEX's recursive unrolling (`RecSchedule.unroll_recursion`)

@@ -67,6 +67,14 @@ def cuda_arch() -> str:
     return DEFAULT_CUDA_ARCH
 
 
+def cuda_sm_count():
+    """Streaming multiprocessors of the GPU TVM sees (tvm.cuda(0)), or None when there is none:
+    the persistent kernel's grid (`single_kernel(blocks)`) is one block per SM."""
+    import tvm
+    device = tvm.cuda(0)
+    return int(device.multi_processor_count) if device.exist else None
+
+
 @dataclass(frozen=True)
 class CpuInfo:
     """What a register-tiled micro-kernel needs to know about a CPU target."""

@@ -157,6 +157,23 @@ def test_default_cuda_compile_uses_persistent_kernel():
     assert kernel_definitions(c.inspect_source()) == ["cortex_main_kernel"]
 
 
+def test_the_persistent_grid_is_one_block_per_sm_of_the_visible_gpu(monkeypatch):
+    """Without a visible GPU the recipe's default grid (132, an H100/H200) stays; with one, its
+    multiprocessor count is the grid (here a GPU of 78 SMs is pretended); a chosen grid wins."""
+    from cortex_tvm import compiler
+    model = ct.models.TreeFC(hidden_size=32, vocab_size=50)
+
+    def grid(compiled):
+        (step,) = [s for s in compiled.trace if s["primitive"] == "single_kernel"]
+        return step["args"]["blocks"]
+    monkeypatch.setattr(compiler, "cuda_sm_count", lambda: None)
+    assert grid(model.compile(target="cuda")) == 132
+    monkeypatch.setattr(compiler, "cuda_sm_count", lambda: 78)
+    assert grid(model.compile(target="cuda")) == 78
+    chosen = ct.recipes.shipped()["treefc_cuda"].with_knobs(grid=66)
+    assert grid(model.compile(target="cuda", schedule=chosen)) == 66
+
+
 def test_bind_nodes_errors():
     model = ct.models.TreeFC(hidden_size=32, vocab_size=50)
     rs = RecSchedule(model.lower(specialize_leaves=False))
