@@ -1,12 +1,14 @@
 """`dot_bf16`: packed weights as bfloat16 pairs and the tiled GEMMs on AVX512_BF16's `vdpbf16ps`.
 
-Checked: the IR before and after (the packed parameter's layout and dtype, the lane x pair
-loops replaced by one `cortex_dpbf16ps` call, the pair-writing parameter transform); the
+Checked: the IR before and after (the packed parameter's layout and dtype, the stage that
+rounds each node's state to bfloat16 pairs once, the lane x pair loops replaced by one
+`cortex_dpbf16ps` call; inside one parallel region, the pair rounded at each use); the
 assembly for Sapphire Rapids and Zen 4 (built here, never run: these tests run on any x86
 host); the pairs the transform writes against numpy's own rounding; every internal node of
-TreeFC against a numpy product of the same bfloat16-rounded factors, and every zoo model's
-roots against float64 (these two run the kernel, so they are skipped, visibly, on a CPU
-without AVX512_BF16); the choice `recipes` makes by target; and the errors.
+TreeFC against a numpy product of the same bfloat16-rounded factors, both rounding paths
+against each other, export/load, and every zoo model's roots against float64 (these run the
+kernel, so they are skipped, visibly, on a CPU without AVX512_BF16); the choice `recipes`
+makes by target; and the errors (a build for a CPU without the feature among them).
 """
 import numpy as np
 import pytest
@@ -80,10 +82,18 @@ def test_ir_before_and_after(sst):
     kernel, transform = rs.script().split("def cortex_transform_params")
     update = [line for line in kernel.splitlines() if 'T.call_extern("float32x16", "cortex_dpbf16ps"' in line]
     assert len(update) == 1
-    # the accumulators, 16 at a time; the state's pair broadcast; the weight's 16 pairs
+    # the accumulators, 16 at a time; the state's pair, rounded once per node, broadcast; the
+    # weight's 16 pairs
     assert "= T.call_extern(" in update[0] and "gates_sum[" in update[0] and "T.Ramp(" in update[0]
-    assert 'T.Broadcast(T.reinterpret("int32", ' in update[0] and "T.uint32(32767)" in update[0]
-    assert 'T.reinterpret("int32x16", U_packed[' in update[0]
+    assert 'T.Broadcast(T.reinterpret("int32", gates_sum_update_x_pairs[' in update[0]
+    assert 'T.reinterpret("int32x16", U_packed[' in update[0] and "T.uint32(32767)" not in update[0]
+    # the stage before the GEMM: each node's two children's states as bf16 pairs, (rows, 2, 16)
+    assert 'gates_sum_update_x_pairs = T.sblock_alloc_buffer((T.max(max_level_size, 64), 2, 16), "uint32")' in kernel
+    stage = next(line for line in kernel.splitlines() if "gates_sum_update_x_pairs[v_n, v_r0, v_kp] = " in line)
+    assert "h[children[level_offsets[v_1] + v_n, v_r0], v_kp * 2]" in stage
+    assert "h[children[level_offsets[v_1] + v_n, v_r0], v_kp * 2 + 1]" in stage
+    assert stage.count("T.uint32(32767)") == 2
+    assert kernel.index('T.sblock("gates_sum_update_x_pairs")') < kernel.index('T.sblock("gates_sum_init")')
     assert 'T.attr(0, "pragma_import_llvm"' in kernel
     assert 'T.sblock("gates_sum_init")' in kernel and 'T.sblock("gates_sum_update")' in kernel
     # the pair loop went inside the lanes and both became the call: no vectorized loop is left
@@ -146,6 +156,20 @@ def test_transform_writes_the_pairs(sst):
     np.testing.assert_array_equal(got, want)
 
 
+def test_in_one_parallel_region_each_use_rounds_its_pair(sst):
+    """With persistent_threads the level is one parallel region, where a rounding stage would
+    need its own barrier: there the GEMM rounds the state's pair where it reads it."""
+    _, V = sst
+    rs = _scheduled(ct.models.TreeLSTM(hidden_size=H, vocab_size=V), ZEN4)
+    rs.persistent_threads()
+    rs.dot_bf16()
+    kernel = rs.script().split("def cortex_transform_params")[0]
+    assert "x_pairs" not in kernel
+    update = next(line for line in kernel.splitlines() if '"cortex_dpbf16ps"' in line)
+    assert 'T.Broadcast(T.reinterpret("int32", T.reinterpret("uint32", h[children[' in update
+    assert update.count("T.uint32(32767)") == 2
+
+
 # -- numbers (run the kernel) ---------------------------------------------------------------
 
 @needs_bf16_cpu
@@ -194,6 +218,29 @@ def test_zoo_model_against_float64(name, sst):
     full = reference64(model, batch)
     err = float(np.abs(np.asarray(compiled(batch), np.float64) - full).max())
     assert 0 < err <= 1e-2 * max(1.0, float(np.abs(full).max())), err
+
+
+@needs_bf16_cpu
+def test_rounding_once_or_at_each_use_computes_the_same(sst):
+    trees, V = sst
+    model = ct.models.TreeLSTM(hidden_size=H, vocab_size=V)
+    steps = model.compile().trace
+
+    def schedule(persistent):
+        def apply(rs):
+            for step in steps:
+                getattr(rs, step["primitive"])(**step["args"])
+            if persistent:
+                rs.persistent_threads()
+            return rs
+        return apply
+    once = model.compile(schedule=schedule(False), precision="bf16")
+    each = model.compile(schedule=schedule(True), precision="bf16")
+    assert "dot_bf16" in [s["primitive"] for s in once.trace]
+    assert "persistent_threads" in [s["primitive"] for s in each.trace]
+    batch = trees[:20]
+    np.testing.assert_allclose(once(batch), each(batch), atol=1e-6)
+    assert float(np.abs(once(batch) - reference64(model, batch)).max()) <= 1e-2
 
 
 @needs_bf16_cpu

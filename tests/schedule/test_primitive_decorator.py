@@ -9,6 +9,7 @@ import tvm
 
 import cortex_tvm as ct
 from cortex_tvm import passes
+from cortex_tvm import dot_bf16 as dot_bf16_module
 from cortex_tvm import fast_math as fast_math_module
 from cortex_tvm.schedule import RecSchedule, Step, kernels, program
 from cortex_tvm.schedule.core import primitive
@@ -37,6 +38,11 @@ def specialized(rs):
 def fc_tiled(rs):
     return rs.specialize_leaves().pack("W", axis=0, tile=16).tile_gemm("internal_h_sum", node_tile=2,
                                                                        column_tile=16, lanes=8)
+
+
+def fc_tiled16(rs):
+    return rs.specialize_leaves().pack("W", axis=0, tile=16).tile_gemm("internal_h_sum", node_tile=2,
+                                                                       column_tile=16, lanes=16)
 
 
 def fc_columns(rs):
@@ -77,6 +83,9 @@ CASES = [
     Case("store_bf16", "TreeFC", packed, (), {"weight": None},
          {"weight": 3}, "store_bf16: argument 'weight' must be str or None, got int 3",
          (passes, "store_bf16", ValueError)),
+    Case("dot_bf16", "TreeFC", fc_tiled16, (), {"weight": None},
+         {"weight": 3}, "dot_bf16: argument 'weight' must be str or None, got int 3",
+         (dot_bf16_module, "pack_pairs", ValueError)),
     Case("dense_index", "TreeFC", specialized, ("child_sum",), {"tensor": "child_sum"},
          {"tensor": None}, "dense_index: argument 'tensor' must be str, got NoneType None",
          (passes, "dense_index", ValueError)),

@@ -285,25 +285,29 @@ class LayoutPrimitives:
         the parameter transform writes its packed copy as bfloat16 with the
         pairs of consecutive reduction indices interleaved (`W_packed[a, k // 2, c]`,
         a uint32: `W[.., k]` in the low half, `W[.., k + 1]` in the high
-        half), and each GEMM's innermost reduction loop is split by 2, its pair
-        loop moved inside the 16 lanes and both replaced by one `vdpbf16ps`:
-        16 float32 accumulators += 16 weight pairs . the child state's pair
-        (x[k], x[k + 1]) rounded to bfloat16 (nearest, ties to even) where it
-        is read and broadcast.  Accumulation, states and the epilogue stay
-        float32; the weight streams with half the bytes and the GEMM issues
-        half the instructions of the float32 FMA kernel (2.0-2.4x on a Zen 4
-        core in the probe of docs/benchmarks.md).  Accuracy: both factors of
-        every product rounded to bfloat16 (8 significant bits); with float32
-        sums the roots of the zoo models stay within 1e-2 of float64.  Any
-        other read of the weight widens its half of the pair to float32.
+        half); a stage before each GEMM rounds the state operand of every node
+        of the level to bfloat16 pairs the same way, once (`<gemm>_x_pairs`);
+        and the GEMM's innermost reduction loop is split by 2, its pair loop
+        moved inside the 16 lanes and both replaced by one `vdpbf16ps`: 16
+        float32 accumulators += 16 weight pairs . the node's state pair,
+        broadcast.  Accumulation, states and the epilogue stay float32; the
+        weight streams with half the bytes and the GEMM issues half the
+        instructions of the float32 FMA kernel.  Rounding is to nearest, ties
+        to even.  Accuracy: both factors of every product rounded to bfloat16
+        (8 significant bits); with float32 sums the zoo models' roots stay
+        within 1e-2 of float64 (docs/benchmarks.md).  Any other read of the
+        weight widens its half of the pair to float32.  Where the level runs
+        as one parallel region (`persistent_threads`) the rounding stage would
+        need a barrier of its own, so there each use rounds its pair instead.
 
         The code calls `llvm.x86.avx512bf16.dpbf16ps.512` (through a small
         LLVM function linked into the module, see `cortex_tvm.dot_bf16`): it
-        builds for any target, but runs only on a CPU with AVX512_BF16 (Intel
-        Cooper Lake, Sapphire Rapids and later; AMD Zen 4 and later); the
-        build refuses a target without the feature.  `compile(precision="bf16")`
-        applies it by itself when the target has the feature
-        (`recipes.with_precision`), then `store_bf16()` for the weights left.
+        builds for any x86 target with the feature, but runs only on a CPU
+        with AVX512_BF16 (Intel Cooper Lake, Sapphire Rapids and later; AMD
+        Zen 4 and later); the build refuses a target without the feature.
+        `compile(precision="bf16")` applies it by itself where the target has
+        the feature (`recipes.for_target`), then `store_bf16()` for the
+        weights left.
 
         Requires: the weight packed (pack, [tile, k, column] with an even k
         extent), float32, and every tiled GEMM reading it in the kernel tiled
@@ -332,25 +336,35 @@ class LayoutPrimitives:
         Before (TreeLSTM H=256 after ``pack("U", tile=16, groups=5)`` and
         ``tile_gemm("gates_sum", node_tile=3, column_tile=16)``)::
 
-            for j, k_0 in T.grid(2, 32):
-                for k_1, i0_1, i1, i2_1_0 in T.grid(8, 3, 5, 1):            # unrolled
+            for i2_0 in T.parallel(16):                                     # column tiles
+              for i0_0 in range(n // 3):                                    # node tiles
+                for j, k_0 in T.grid(2, 32):
+                  for k_1, i0_1, i1, i2_1_0 in T.grid(8, 3, 5, 1):          # unrolled
                     for i2_1_1 in T.vectorized(16):
-                        with T.sblock("gates_sum"):                       # + its init
-                            gates_sum[v_i0, v_i1, v_i2] += U_packed[v_i2 // 16, v_j * 256 + v_k,
-                                v_i1 * 16 + v_i2 % 16] * h[children[level_offsets[v_1] + v_i0, v_j], v_k]
+                      with T.sblock("gates_sum"):                           # + its init
+                        gates_sum[v_i0, v_i1, v_i2] += U_packed[v_i2 // 16, v_j * 256 + v_k,
+                            v_i1 * 16 + v_i2 % 16] * h[children[level_offsets[v_1] + v_i0, v_j], v_k]
 
         ``rs.dot_bf16("U")``; after (U_packed: (16, 256, 80) uint32)::
 
-            for j, k_0 in T.grid(2, 32):
-                for k_1_0, i0_1, i1, i2_1_0 in T.grid(4, 3, 5, 1):          # unrolled
+            gates_sum_update_x_pairs = T.sblock_alloc_buffer((T.max(max_level_size, 64), 2, 128), "uint32")
+            for n, r0, kp in T.grid(n, 2, 128):
+              with T.sblock("gates_sum_update_x_pairs"):
+                gates_sum_update_x_pairs[v_n, v_r0, v_kp] = bits(h[children[level_offsets[v_1] + v_n, v_r0], v_kp * 2])
+                    | bits(h[children[level_offsets[v_1] + v_n, v_r0], v_kp * 2 + 1]) << T.uint32(16)
+            for i2_0 in T.parallel(16):
+              for i0_0 in range(n // 3):
+                for j, k_0 in T.grid(2, 32):
+                  for k_1_0, i0_1, i1, i2_1_0 in T.grid(4, 3, 5, 1):        # unrolled
                     T.attr(0, "pragma_import_llvm", <define @cortex_dpbf16ps ...>)
                     with T.sblock("gates_sum_update"):
-                        gates_sum[n, i1, T.Ramp(c, 1, 16)] = T.call_extern("float32x16", "cortex_dpbf16ps",
-                            gates_sum[n, i1, T.Ramp(c, 1, 16)],
-                            T.Broadcast(T.reinterpret("int32", pair_bits(h[child, k], h[child, k + 1])), 16),
-                            T.reinterpret("int32x16", U_packed[c // 16, (j * 256 + k) // 2, T.Ramp(i1 * 16, 1, 16)]))
+                      gates_sum[nd, i1, T.Ramp(c, 1, 16)] = T.call_extern("float32x16", "cortex_dpbf16ps",
+                          gates_sum[nd, i1, T.Ramp(c, 1, 16)],
+                          T.Broadcast(T.reinterpret("int32", gates_sum_update_x_pairs[nd, j, k // 2]), 16),
+                          T.reinterpret("int32x16", U_packed[i2_0, (j * 256 + k) // 2, T.Ramp(i1 * 16, 1, 16)]))
 
-        with k = k_0 * 8 + k_1_0 * 2, and in ``cortex_transform_params``::
+        with nd = i0_0 * 3 + i0_1, c = i2_0 * 16, k = k_0 * 8 + k_1_0 * 2, and in
+        ``cortex_transform_params``::
 
             U_packed[a, kp, c] = bits(U[r, kp * 2]) | bits(U[r, kp * 2 + 1]) << T.uint32(16)
 
@@ -413,7 +427,11 @@ class LayoutPrimitives:
         pairs = tvm.tirx.decl_buffer((int(buffer.shape[0]), int(buffer.shape[1]) // 2, int(buffer.shape[2])),
                                      _dot.PAIR_STORAGE, name=buffer.name, data_alignment=4)
         for update in updates:
-            kernel, count = _dot.rewrite_updates(kernel, update, buffer, pairs)
+            # the states' pairs rounded once per node, in a stage before the GEMM, unless the
+            # level runs as one parallel region (persistent_threads, unroll_recursion's chunks),
+            # where that stage would need a barrier of its own: then each use rounds its pair
+            round_once = not self.persistent_levels and getattr(self.plan, "recursion_depth", 1) <= 1
+            kernel, count = _dot.rewrite_updates(kernel, update, buffer, pairs, round_once)
             if not count:
                 raise ScheduleError(f"{update!r}: no {_dot.LANES}-lane x pair loop nest to rewrite")
         kernel = _dot.widen_reads(kernel, buffer, pairs)
