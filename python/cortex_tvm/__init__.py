@@ -16,16 +16,17 @@ turns trees into the kernel's index arrays.
 """
 import importlib
 
-# the deploy side, imported now: what `ct.load(path)` and a loaded model need
+# numpy only, imported now: trees and their layout
 from . import data, linearize
 from .data import Node, load_ptb
 from .linearize import Linearized
-from .runtime import CompiledModel, load
 from .version import __version__
 
-#: the compile side, imported on first use (PEP 562): a host that only loads exports never
-#: imports lowering, schedules, the tuner or the front end
+#: imported on first use (PEP 562): the deploy side (TVM's runtime: `ct.load(path)` and a loaded
+#: model), so that `import cortex_tvm` and `cortex-tvm --help` stay fast; and the compile side,
+#: which a host that only loads exports never imports (lowering, schedules, the tuner, the front end)
 _COMPILE_SIDE = {
+    "CompiledModel": ("cortex_tvm.runtime", "CompiledModel"), "load": ("cortex_tvm.runtime", "load"),
     "models": ("cortex_tvm.models", None), "ra": ("cortex_tvm.ra", None), "recipes": ("cortex_tvm.recipes", None),
     "compile_count": ("cortex_tvm.build", "compile_count"), "make_target": ("cortex_tvm.build", "make_target"),
     "RecSchedule": ("cortex_tvm.schedule", "RecSchedule"), "ScheduleError": ("cortex_tvm.schedule", "ScheduleError"),

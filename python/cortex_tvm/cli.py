@@ -5,18 +5,19 @@ import argparse
 import sys
 import time
 
-import cortex_tvm as ct
-
-from . import build, config, padding, recipes
+from . import config
+from .bench import MODELS
 from .bench import add_parser as add_bench_parser
-from .bench.cases import MODEL_CLASSES, make_model
-from .schedule import RecSchedule
-from .timing import batches_of, mean_of_best
-from .tune import tune
+
+# The commands import the compiler when they run (in the functions below): building the parser,
+# and so `cortex-tvm --help`, imports no TVM (3-5 s).
 
 
 def _demo(args) -> int:
     import numpy as np
+
+    import cortex_tvm as ct
+    from .timing import batches_of, mean_of_best
 
     trees, vocab = ct.data.sst_sample() if args.trees is None else ct.data.load_ptb(args.trees)
     print(f"cortex-tvm demo: TreeLSTM H={args.hidden}, {len(trees)} SST trees, batches of {args.batch}, "
@@ -45,6 +46,7 @@ def _demo(args) -> int:
 
 
 def _make_model(name, hidden, vocab_size):
+    from .bench.cases import MODEL_CLASSES, make_model
     key = name.lower()
     if key not in MODEL_CLASSES:
         raise SystemExit(f"unknown model {name!r}; models: {sorted(MODEL_CLASSES)}")
@@ -55,6 +57,8 @@ def _show(args) -> int:
     """Print the TIR before the recipe and after each of its steps (as a diff, or in full)."""
     import difflib
 
+    from . import build, padding, recipes
+    from .schedule import RecSchedule
     target = build.make_target(args.target)
     model = padding.compiled_form(_make_model(args.model, args.hidden, args.vocab), target)
 
@@ -97,7 +101,7 @@ def _show(args) -> int:
 
 def _add_tune_parser(subparsers) -> None:
     p = subparsers.add_parser("tune", help="search a model's schedule knobs; trials go to a JSON-lines log")
-    p.add_argument("model", help=f"a zoo model: {', '.join(MODEL_CLASSES)}")
+    p.add_argument("model", help=f"a zoo model: {', '.join(MODELS)}")
     p.add_argument("--trials", type=int, default=32, help="trials in all (ones already in the log count)")
     p.add_argument("--log", default="tuning.jsonl", help="JSON-lines tuning log (appended to; resumed)")
     p.add_argument("--trees", default=None, help="a PTB-bracket file to time on (default: bundled SST sample)")
@@ -118,6 +122,8 @@ def _tune(args) -> int:
     if args.trials < 1:
         print(f"tune: --trials must be at least 1, got {args.trials}", file=sys.stderr)
         return 2
+    import cortex_tvm as ct
+    from .tune import tune
     trees, vocab = ct.data.sst_sample() if args.trees is None else ct.data.load_ptb(args.trees)
     model = _make_model(args.model, args.hidden, len(vocab))
     target = {"kind": "llvm", "mcpu": args.mcpu} if args.mcpu else args.target

@@ -22,8 +22,6 @@ TORCH_SYSTEMS = ("torch-eager", "torch-levels", "dgl", "torch-levels-bf16")
 BF16_SYSTEMS = {"cortex_tvm": "cortex_tvm-bf16", "torch-levels": "torch-levels-bf16"}
 
 
-from . import run  # noqa: E402 - after the names run.py imports from this package
-
 
 def add_parser(subparsers):
     """Register the `bench` subcommand on the CLI's subparsers."""
@@ -58,4 +56,6 @@ def add_parser(subparsers):
 
 
 def _run(args) -> int:
+    # imported here: building the CLI's parser (`cortex-tvm --help`) must not import TVM
+    from . import run
     return run.bench(args)

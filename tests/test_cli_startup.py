@@ -1,0 +1,34 @@
+"""`cortex-tvm --help` and `import cortex_tvm` import no TVM (3-5 s here): the parser and the
+numpy-only package root are all they need; the commands import the compiler when they run."""
+import subprocess
+import sys
+
+SCRIPT = """
+import sys, time
+start = time.perf_counter()
+import cortex_tvm.cli as cli
+try:
+    cli.main(["--help"])
+except SystemExit as done:
+    assert done.code == 0, done.code
+for command in ("demo", "show", "bench", "tune"):
+    try:
+        cli.main([command, "--help"])
+    except SystemExit as done:
+        assert done.code == 0, (command, done.code)
+print("heavy:", sorted(m for m in ("tvm", "torch", "xgboost", "cortex_tvm.runtime", "cortex_tvm.schedule")
+                       if m in sys.modules))
+"""
+
+
+def test_help_imports_no_tvm():
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: cortex-tvm" in proc.stdout and "heavy: []" in proc.stdout, proc.stdout[-500:]
+
+
+def test_package_root_is_light_and_the_deploy_side_comes_on_first_use():
+    code = ("import sys, cortex_tvm as ct; assert 'tvm' not in sys.modules; "
+            "ct.load; assert 'tvm' in sys.modules and 'cortex_tvm.schedule' not in sys.modules; print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
