@@ -50,7 +50,7 @@ def test_ir_before_and_after(fresh, vocab_size, name, states):
         (store,) = stores(transform, f"{s}_table")
         assert str(store.indices[0]).startswith("v_i0")
     assert not loads(transform, "word") and loads(transform, "emb")
-    assert sorted(gv.name_hint for gv in rs.module().functions) == ["cortex_main", "cortex_transform_params"]
+    assert sorted(gv.name_hint for gv in rs.module().functions) == ["cortex_check", "cortex_main", "cortex_transform_params"]
     assert trace_names(rs) == ["specialize_leaves", "hoist"]
     assert rs.trace[-1].args == {"budget_mb": 64.0}
 
