@@ -1,9 +1,7 @@
 """compiled.as_torch(): a torch.nn.Module returning torch tensors that share the kernel's output.
 
-Needs torch; without it only the ImportError of as_torch() is checked.
+Needs torch (the [test] extra installs it); the ImportError without it is checked by hiding it.
 """
-import importlib.util
-
 import numpy as np
 import pytest
 
@@ -13,7 +11,6 @@ from . import cells
 
 H, V = 16, 40
 TREES = ct.data.random_trees(9, (1, 30), seed=5, vocab_size=V)
-HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 @pytest.fixture(scope="module")
