@@ -30,12 +30,6 @@ def compile_count() -> int:
     return _compiles
 
 
-#: pass config for TVM's run-time bound checks (`compile(bounds_check=True)`).  In TVM 0.27 the
-#: pass only instruments buffers declared by the legacy StorageFlatten path, so with s_tir
-#: kernels it adds nothing: what guards the kernels is `CompiledModel.check`
-#: (`linearize.check_bounds`), which `run(lin)` applies by default and bounds_check=True on
-#: every call.
-BOUNDS_CHECK = {"tirx.instrument_bound_checkers": True}
 
 _source_fingerprint = None
 #: beside each cached library: the sha256 of its bytes, checked before it is loaded
@@ -177,7 +171,9 @@ def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = F
     tgt = make_target(target)
     rs.finalize()
     recipe_name = recipe.name if recipe is not None else "custom"
-    executable = build_module(rs.module(), tgt, {**rs.plan.pass_config(), **(BOUNDS_CHECK if bounds_check else {})})
+    # (TVM's tirx.instrument_bound_checkers adds nothing to s_tir kernels in 0.27: what guards them
+    # is CompiledModel.check, run on every call with bounds_check=True)
+    executable = build_module(rs.module(), tgt, rs.plan.pass_config())
     signature = rs.signature
     compiled = CompiledModel(signature, executable, tgt, rs.plan, model_weight_arrays(model, signature),
                              vocab_bound=model.vocab_bound, model_name=type(model).__name__,

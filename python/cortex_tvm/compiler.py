@@ -39,10 +39,10 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
     precision: "fp32", or "bf16": the packed GEMM weights are stored as bfloat16 and widened
     to float32 in registers (`RecSchedule.store_bf16`); states and accumulation stay float32.
 
-    `run(lin)` validates its arrays by default (`CompiledModel.check`); bounds_check=True also
-    validates the arrays `__call__` makes with `linearize` (valid by construction) and builds
-    with TVM's `tirx.instrument_bound_checkers`, which adds no checks to these kernels in TVM
-    0.27 (see build.BOUNDS_CHECK)."""
+    `run(lin)` validates its arrays by default (`CompiledModel.check`: the compiled check, then
+    `linearize.check_bounds` to name a fault); bounds_check=True also validates the arrays
+    `__call__` makes with `linearize` (valid by construction).  (TVM's own
+    `tirx.instrument_bound_checkers` is not used: in TVM 0.27 it adds nothing to these kernels.)"""
     if not isinstance(bounds_check, bool):
         raise TypeError(f"bounds_check must be a bool, got {type(bounds_check).__name__}")
     tgt = make_target(target)

@@ -284,7 +284,7 @@ def test_disk_cache_key_covers_source_target_and_pass_config(tmp_path, monkeypat
     llvm = ct.make_target("llvm")
     a = build._disk_path(mod, llvm, {})
     assert a == build._disk_path(mod, llvm, {})
-    assert a != build._disk_path(mod, llvm, build.BOUNDS_CHECK)
+    assert a != build._disk_path(mod, llvm, {"tirx.instrument_bound_checkers": True})
     assert a != build._disk_path(mod, ct.make_target({"kind": "llvm"}), {})
     assert a != build._disk_path(ct.models.TreeFC(hidden_size=16, vocab_size=23).lower().mod, llvm, {})
     monkeypatch.setattr(build, "_source_fingerprint", "edited")
