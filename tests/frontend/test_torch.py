@@ -22,7 +22,10 @@ def compiled():
 def test_as_torch_without_torch_says_how_to_get_it(compiled, monkeypatch):
     """Run everywhere: with torch installed, `import torch` is made to fail (None in sys.modules)."""
     import sys
+
+    from cortex_tvm import torch_interop
     monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setattr(torch_interop, "_CLASS", None)      # the module class made by an earlier test
     with pytest.raises(ImportError, match="pip install torch"):
         compiled[1].as_torch()
 
