@@ -94,7 +94,7 @@ def _tree_groups(flat, depth: int, no_child: int):
 def unrolled_levels(flats, depth: int, chunks: int, no_child: int) -> tuple:
     """(level of every node of the batch, number of levels) for recursive unrolling.
 
-    flats: the batch's flat trees (`linearize._Flat`, post-order tables) in
+    flats: the batch's flat trees (`flatten._Flat`, post-order tables) in
     batch order.  Raises ValueError for a DAG (a node with several parents
     belongs to no single group).
     """
