@@ -32,3 +32,10 @@ def test_package_root_is_light_and_the_deploy_side_comes_on_first_use():
             "ct.load; assert 'tvm' in sys.modules and 'cortex_tvm.schedule' not in sys.modules; print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
+
+
+def test_the_cli_model_names_are_the_zoo():
+    """bench.MODELS (read by the CLI without importing the models) names exactly models.BY_NAME."""
+    import cortex_tvm as ct
+    from cortex_tvm.bench import MODELS
+    assert sorted(MODELS) == sorted(ct.models.BY_NAME)
