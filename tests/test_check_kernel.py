@@ -28,12 +28,9 @@ def trees(sst):
 
 
 def status_of(compiled, lin):
-    status = np.full(1, -1, np.int32)
-    no_word = compiled.signature.no_word
-    compiled._check_kernel(lin.children, lin.num_children, lin.words, lin.level_offsets, lin.roots, status,
-                           compiled._vocab_bound or 0, int(no_word is not None), no_word or 0,
-                           compiled.plan.node_tile, int(bool(compiled.plan.hoisted)))
-    return int(status[0])
+    status = compiled.compiled_check_status(lin)
+    assert status is not None, "the compiled check does not apply to these arrays"
+    return status
 
 
 def edited(lin, name, index, value):

@@ -179,19 +179,26 @@ class CompiledModel:
 
         The compiled check answers first (about 1 us); when it finds a fault, or cannot take
         the arrays, `linearize.check_bounds` runs and raises the ValueError that names it."""
-        if self._check_kernel is not None and self.plan.unroll is None and self._checkable(lin):
-            status = np.zeros(1, np.int32)
-            vocab = self._vocab_bound or 0
-            no_word = self.signature.no_word
-            self._check_kernel(lin.children, lin.num_children, lin.words, lin.level_offsets, lin.roots, status,
-                               vocab, int(no_word is not None), no_word or 0, self.plan.node_tile,
-                               int(bool(self.plan.hoisted)))
-            if status[0] == 0:
-                return
-            self._check_in_numpy(lin)
-            raise ValueError(f"run: the arrays break an invariant of the kernel (compiled check code "
-                             f"{int(status[0])}, see check_kernel.py)")
+        status = self.compiled_check_status(lin)
+        if status == 0:
+            return
         self._check_in_numpy(lin)
+        if status is not None:
+            raise ValueError(f"run: the arrays break an invariant of the kernel (compiled check code {status}, "
+                             "see check_kernel.py)")
+
+    def compiled_check_status(self, lin):
+        """The compiled check's answer on `lin` (`check_kernel`: 0 valid, else the code of the rule
+        that failed), or None where it does not apply: a module without it, an unrolled layout
+        (whose extra rule only `check_bounds` knows), or arrays it cannot read."""
+        if self._check_kernel is None or self.plan.unroll is not None or not self._checkable(lin):
+            return None
+        status = np.zeros(1, np.int32)
+        no_word = self.signature.no_word
+        self._check_kernel(lin.children, lin.num_children, lin.words, lin.level_offsets, lin.roots, status,
+                           self._vocab_bound or 0, int(no_word is not None), no_word or 0, self.plan.node_tile,
+                           int(bool(self.plan.hoisted)))
+        return int(status[0])
 
     def _checkable(self, lin) -> bool:
         """Whether the compiled check may read `lin`'s arrays: int32, C-contiguous, shapes that agree."""

@@ -166,8 +166,8 @@ class KernelPrimitives:
                             vl = T.axis.opaque(num_levels_plus_1, (step * 2 + chunk) * 2 + phase + 1)
                             ...
         """
-        for name, value in (("depth", depth), ("chunks", chunks)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        for name, value in (("depth", depth), ("chunks", chunks)):      # (@primitive checked the type)
+            if value < 1:
                 raise ScheduleError(f"unroll_recursion: {name} must be a positive int, got {value!r}")
         if self.plan.per_level:
             raise ScheduleError("unroll_recursion: not with per_level_kernels() (a step spans levels)")

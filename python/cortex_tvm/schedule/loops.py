@@ -376,7 +376,6 @@ class LoopPrimitives:
         self.unroll_depth = depth
         return self
 
-
     @primitive
     def peel(self, block: str):
         """Take the bounds check of a split node loop out of the full tiles.
