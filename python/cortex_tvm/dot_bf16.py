@@ -98,16 +98,9 @@ def check_target(mod, target) -> None:
 
 
 # ----------------------------------------------------------------------------- values
-def bf16_bits32(value):
-    """float32 expression -> its bfloat16 bits (nearest, ties to even) in the low half of a uint32."""
-    bits = tirx.reinterpret("uint32", value)
-    lsb = (bits >> tirx.const(16, "uint32")) & tirx.const(1, "uint32")
-    return (bits + tirx.const(0x7FFF, "uint32") + lsb) >> tirx.const(16, "uint32")
-
-
 def pair_bits(low, high):
     """Two float32 expressions -> one uint32: bfloat16(low) in bits 0-15, bfloat16(high) in 16-31."""
-    return bf16_bits32(low) | (bf16_bits32(high) << tirx.const(16, "uint32"))
+    return passes.bf16_bits32(low) | (passes.bf16_bits32(high) << tirx.const(16, "uint32"))
 
 
 def pair_decode(pairs, indices):
@@ -223,12 +216,12 @@ class _Update:
         value = store.value
         if not isinstance(value, tirx.Add):
             raise NotADot(f"{block.name_hint!r} does not accumulate (acc + w * x)")
-        acc_load, product = value.a, value.b
-        if not (isinstance(acc_load, tvm.ir.TensorLoad) and acc_load.source.same_as(store.buffer)
-                and all(ana.can_prove_equal(i, j) for i, j in zip(acc_load.indices, store.indices))):
-            acc_load, product = value.b, value.a
-        if not (isinstance(acc_load, tvm.ir.TensorLoad) and acc_load.source.same_as(store.buffer)
-                and all(ana.can_prove_equal(i, j) for i, j in zip(acc_load.indices, store.indices))):
+
+        def reads_accumulator(e) -> bool:
+            return (isinstance(e, tvm.ir.TensorLoad) and e.source.same_as(store.buffer)
+                    and all(ana.can_prove_equal(i, j) for i, j in zip(e.indices, store.indices)))
+        acc_load, product = (value.a, value.b) if reads_accumulator(value.a) else (value.b, value.a)
+        if not reads_accumulator(acc_load):
             raise NotADot(f"{block.name_hint!r} does not accumulate into the buffer it reads")
         if not isinstance(product, tirx.Mul):
             raise NotADot(f"{block.name_hint!r} does not add a product")

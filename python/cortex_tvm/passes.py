@@ -92,13 +92,17 @@ def pack_buffer(func, name: str, index_fn, packed_name: str):
 BF16_STORAGE = "uint16"
 
 
-def bf16_encode(value):
-    """float32 expression -> its bfloat16 bits (uint16), rounded to nearest, ties to even (for
-    finite values: weights are; `load_weights` refuses NaN and inf)."""
+def bf16_bits32(value):
+    """float32 expression -> its bfloat16 bits in the low half of a uint32, rounded to nearest,
+    ties to even (for finite values: weights are; `load_weights` refuses NaN and inf)."""
     bits = tirx.reinterpret("uint32", value)
     lsb = (bits >> tirx.const(16, "uint32")) & tirx.const(1, "uint32")
-    rounded = bits + tirx.const(0x7FFF, "uint32") + lsb
-    return tirx.Cast(BF16_STORAGE, rounded >> tirx.const(16, "uint32"))
+    return (bits + tirx.const(0x7FFF, "uint32") + lsb) >> tirx.const(16, "uint32")
+
+
+def bf16_encode(value):
+    """float32 expression -> its bfloat16 bits (uint16): `bf16_bits32` stored in 16 bits."""
+    return tirx.Cast(BF16_STORAGE, bf16_bits32(value))
 
 
 def bf16_decode(bits):

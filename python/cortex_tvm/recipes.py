@@ -132,25 +132,25 @@ def check_precision(precision, target) -> str:
     return precision
 
 
-def with_precision(recipe: Recipe, precision: str, target=None) -> Recipe:
+def with_precision(recipe: Recipe, precision: str) -> Recipe:
     """`recipe` followed by what `precision` needs: nothing for "fp32"; for "bf16", `store_bf16()`
     (a recipe that stores bf16 already is left as it is).
 
-    With a `target` whose CPU has AVX512_BF16 (`dot_bf16.has_feature`), "bf16" also multiplies
-    in bfloat16: `dot_bf16()` (vdpbf16ps) comes before `store_bf16()`, as an optional step (a
-    model whose GEMMs do not fit keeps storage-only bf16).  Without a target the choice waits
-    for `for_target`, which the build applies (`build.schedule_model`)."""
+    Whether "bf16" also multiplies in bfloat16 (`dot_bf16()`, vdpbf16ps, before `store_bf16()`)
+    depends on the target's CPU: `for_target` decides, and the build applies it
+    (`build.schedule_model`)."""
     made_for = "bf16" if any(step.get("primitive") == "store_bf16" for step in recipe.steps) else recipe.precision
     if precision == made_for:
-        return recipe if target is None else for_target(recipe, target)
+        return recipe
     if made_for != "fp32":
         raise ValueError(f"recipe {recipe.name!r} is made for precision {made_for!r}, not {precision!r}")
-    return _bf16(recipe, target is not None and _dot.has_feature(target))
+    return _bf16(recipe, False)
 
 
 def for_target(recipe: Recipe, target) -> Recipe:
     """A bf16 recipe `with_precision` made, with `dot_bf16` exactly when the target's CPU has
-    AVX512_BF16 (knob choices kept; target None: without); any other recipe unchanged (a
+    AVX512_BF16 (`dot_bf16.has_feature`; an optional step: a model whose GEMMs do not fit keeps
+    storage-only bf16; knob choices kept; target None: without); any other recipe unchanged (a
     recipe written with store_bf16 or dot_bf16 steps is applied as written)."""
     if recipe.fp32_base is None:
         return recipe

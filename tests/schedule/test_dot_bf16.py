@@ -264,7 +264,7 @@ def test_recipes_multiply_in_bf16_only_where_the_cpu_can(sst):
         assert dot_bf16.has_feature(tgt) is dot
         kernel_model = compiled_form(model, tgt)
         base = recipes.resolve(kernel_model, tgt, None)
-        made = recipes.with_precision(base, "bf16", tgt)
+        made = recipes.for_target(recipes.with_precision(base, "bf16"), tgt)
         assert made.bf16_dot is dot and made.precision == "bf16"
         later = recipes.with_precision(base, "bf16")           # the target not known yet
         assert not later.bf16_dot and recipes.for_target(later, tgt).bf16_dot is dot

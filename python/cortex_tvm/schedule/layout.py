@@ -426,11 +426,11 @@ class LayoutPrimitives:
         kernel = self.func
         pairs = tvm.tirx.decl_buffer((int(buffer.shape[0]), int(buffer.shape[1]) // 2, int(buffer.shape[2])),
                                      _dot.PAIR_STORAGE, name=buffer.name, data_alignment=4)
+        # the states' pairs rounded once per node, in a stage before the GEMM, unless the level
+        # runs as one parallel region (persistent_threads, unroll_recursion's chunks), where that
+        # stage would need a barrier of its own: then each use rounds its pair
+        round_once = not self.persistent_levels and self.plan.recursion_depth <= 1
         for update in updates:
-            # the states' pairs rounded once per node, in a stage before the GEMM, unless the
-            # level runs as one parallel region (persistent_threads, unroll_recursion's chunks),
-            # where that stage would need a barrier of its own: then each use rounds its pair
-            round_once = not self.persistent_levels and getattr(self.plan, "recursion_depth", 1) <= 1
             kernel, count = _dot.rewrite_updates(kernel, update, buffer, pairs, round_once)
             if not count:
                 raise ScheduleError(f"{update!r}: no {_dot.LANES}-lane x pair loop nest to rewrite")
