@@ -74,6 +74,20 @@ def test_each_invariant_has_its_code_and_run_names_it(lstm, trees):
     assert status_of(lstm, edited(lin, "words", leaf, -1)) == check_kernel.WORDS
 
 
+def test_a_leaf_without_a_word_where_leaves_are_tables(trees):
+    """A model that reads words on inner nodes allows its no-word marker in `words`, but a leaf's
+    state is read from a table by its word: the marker at a leaf is LEAF_WORDS."""
+    child_sum = ct.models.ChildSumTreeLSTM(16, V, max_children=3).compile()
+    assert child_sum.plan.hoisted and child_sum.signature.no_word == V
+    lin = child_sum.linearize(trees)
+    inner = edited(lin, "words", int(lin.level_offsets[1]), V)         # an inner node without a word: fine
+    assert status_of(child_sum, inner) == 0
+    bad = edited(lin, "words", int(lin.level_offsets[0]), V)           # a leaf without a word
+    assert status_of(child_sum, bad) == check_kernel.LEAF_WORDS
+    with pytest.raises(ValueError, match="a leaf slot holds 40, outside the vocabulary"):
+        child_sum.run(bad)
+
+
 def test_arrays_it_cannot_read_go_to_numpy(lstm, trees):
     lin = lstm.linearize(trees)
     for bad in (dataclasses.replace(lin, children=lin.children.astype(np.int64)),

@@ -11,6 +11,8 @@ from . import linearize as _linearize
 from . import torch_interop
 from .plan import CHECK_FUNC, TRANSFORM_FUNC, kernel_names
 
+_INT32 = np.dtype(np.int32)
+
 
 #: bytes every array the kernel reads is aligned to: a cache line, so no vector load of a
 #: packed weight row straddles two lines (numpy alone aligns to 16 bytes; a 32-byte load at a
@@ -133,6 +135,11 @@ class CompiledModel:
         #: the compiled bounds check (`check_kernel`), where the module has one (CPU, and exports
         #: made since it exists); else run(lin) checks in numpy only
         self._check_kernel = executable[CHECK_FUNC] if executable.mod.implements_function(CHECK_FUNC) else None
+        #: its scalar arguments, fixed for this kernel; None where it does not apply (no compiled
+        #: check, or an unrolled layout, whose extra rule only `check_bounds` knows)
+        no_word = signature.no_word
+        self._check_scalars = None if self._check_kernel is None or plan.unroll is not None else (
+            vocab_bound or 0, int(no_word is not None), no_word or 0, plan.node_tile, int(bool(plan.hoisted)))
 
     @property
     def precision(self) -> str:
@@ -191,23 +198,24 @@ class CompiledModel:
         """The compiled check's answer on `lin` (`check_kernel`: 0 valid, else the code of the rule
         that failed), or None where it does not apply: a module without it, an unrolled layout
         (whose extra rule only `check_bounds` knows), or arrays it cannot read."""
-        if self._check_kernel is None or self.plan.unroll is not None or not self._checkable(lin):
+        if self._check_scalars is None or not self._checkable(lin):
             return None
         status = np.zeros(1, np.int32)
-        no_word = self.signature.no_word
         self._check_kernel(lin.children, lin.num_children, lin.words, lin.level_offsets, lin.roots, status,
-                           self._vocab_bound or 0, int(no_word is not None), no_word or 0, self.plan.node_tile,
-                           int(bool(self.plan.hoisted)))
+                           *self._check_scalars)
         return int(status[0])
 
     def _checkable(self, lin) -> bool:
-        """Whether the compiled check may read `lin`'s arrays: int32, C-contiguous, shapes that agree."""
-        arrays = (lin.children, lin.num_children, lin.words, lin.level_offsets, lin.roots) \
-            if isinstance(lin, _linearize.Linearized) else ()
-        # (TVM takes a zero-size array's strides for a non-compact array: numpy checks those)
-        if not arrays or not all(isinstance(a, np.ndarray) and a.dtype == np.int32 and a.flags.c_contiguous
-                                 and a.size for a in arrays):
+        """Whether the compiled check may read `lin`'s arrays: int32, C-contiguous, shapes that agree.
+        (Called on every run(lin): plain attribute tests, no generator.)"""
+        if not isinstance(lin, _linearize.Linearized):
             return False
+        arrays = (lin.children, lin.num_children, lin.words, lin.level_offsets, lin.roots)
+        for a in arrays:
+            # the canonical int32 dtype object (another one, e.g. byte-swapped, goes to numpy);
+            # TVM takes a zero-size array's strides for a non-compact array: numpy checks those
+            if type(a) is not np.ndarray or a.dtype is not _INT32 or not a.flags.c_contiguous or not a.size:
+                return False
         children, num_children, words, level_offsets, roots = arrays
         return (children.ndim == 2 and children.shape[1] == self._max_children
                 and num_children.shape == words.shape == children.shape[:1]
