@@ -1,9 +1,9 @@
 """The compiled twin of `linearize.check_bounds`: the same invariants as one TIR function,
 `cortex_check`, built into every CPU module beside the kernel.
 
-`CompiledModel.run(lin)` validates by default; in numpy that is ten-odd array operations, about
-17 us on this project's machines, 4-5% of a TreeLSTM H=256 call at batch 1.  The same checks as
-scalar loops in compiled code take about 1 us.  The function only answers "valid" (status 0) or
+`CompiledModel.run(lin)` validates by default; in numpy that is ten-odd array operations, 26-32
+us on a Zen 4, 4-10% of a TreeLSTM H=256 call at batch 1 (docs/safety.md).  The same checks as
+scalar loops in compiled code take about 1 us, 5-6 us with the call from Python (1-2%).  The function only answers "valid" (status 0) or
 which rule failed (a code: the first group of rules, in the order below, with a fault); on failure the runtime runs `check_bounds`, which raises
 the ValueError that names the array, the slot and the rule.
 
