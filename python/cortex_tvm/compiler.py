@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from . import recipes
+from .adjoint import Adjoint
 from .build import build_module, build_schedule, schedule_model
 from .padding import compiled_form
 from .recipes import check_precision, with_precision
@@ -25,7 +28,7 @@ RANKED = "ranked"
 
 
 def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_check=False,
-                  max_unroll_depth=None, precision="fp32"):
+                  max_unroll_depth=None, precision="fp32", training=False):
     """model -> lowered -> scheduled -> built -> CompiledModel.
 
     schedule: None (the model's default recipe: on a CPU the derived schedule at its analytic
@@ -42,11 +45,15 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
     `run(lin)` validates its arrays by default (`CompiledModel.check`: the compiled check, then
     `linearize.check_bounds` to name a fault); bounds_check=True also validates the arrays
     `__call__` makes with `linearize` (valid by construction).  (TVM's own
-    `tirx.instrument_bound_checkers` is not used: in TVM 0.27 it adds nothing to these kernels.)"""
+    `tirx.instrument_bound_checkers` is not used: in TVM 0.27 it adds nothing to these kernels.)
+
+    training=True: the result also has the backward pass generated from the RA program
+    (`adjoint.Adjoint`): `compiled.vjp(trees)`, and `as_torch()` with parameters and gradients."""
     if not isinstance(bounds_check, bool):
         raise TypeError(f"bounds_check must be a bool, got {type(bounds_check).__name__}")
     tgt = make_target(target)
     check_precision(precision, tgt)
+    adjoint = training_pass(model, tgt, precision, training)
     ranked = isinstance(schedule, str) and schedule == RANKED
     if tuning_log is not None:
         # a log's record for this model wins; without one, "ranked" still ranks
@@ -62,8 +69,29 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
     schedule = with_unroll_depth(kernel_model, tgt, schedule, max_unroll_depth)
     schedule = with_device_grid(with_precision(recipes.resolve(kernel_model, tgt, schedule), precision), tgt)
     rs, recipe = schedule_model(kernel_model, tgt, schedule)
-    return build_schedule(kernel_model, rs, tgt, recipe, bounds_check,
-                          state_shapes=[s.shape for s in model.program.states])
+    compiled = build_schedule(kernel_model, rs, tgt, recipe, bounds_check,
+                              state_shapes=[s.shape for s in model.program.states])
+    if adjoint is not None:
+        compiled.adjoint = adjoint
+        compiled.training_weights = {name: np.array(w, np.float32) for name, w in model.weights.items()}
+    return compiled
+
+
+def training_pass(model, target, precision, training):
+    """The backward pass of `model` for compile(training=True) (`adjoint.Adjoint`), else None.
+
+    It differentiates the user's program at the user's sizes (the kernel's padding is sliced off
+    the saved states), in float32 on the CPU."""
+    if not isinstance(training, bool):
+        raise TypeError(f"training must be a bool, got {type(training).__name__}")
+    if not training:
+        return None
+    if precision != "fp32":
+        raise ValueError(f"training=True needs precision='fp32' (the backward is float32), got {precision!r}")
+    if target.kind.name != "llvm":
+        raise ValueError(f"training=True: the backward pass runs on the CPU; compile for target 'llvm', "
+                         f"not {target.kind.name!r}")
+    return Adjoint(model.program, model.linearize)
 
 
 def cross_compile(model, target, path, schedule=None, precision="fp32") -> str:

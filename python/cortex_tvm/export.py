@@ -122,7 +122,7 @@ def _read_meta(path):
     return meta
 
 
-def _given_weights(meta, signature, weights):
+def given_weights(meta, signature, weights):
     """User weights in the model's layout and sizes: validated, float32 copies, padded as the
     kernel's sizes are (`weight_padding`)."""
     padding = meta.get("weight_padding", {})
@@ -155,7 +155,7 @@ def read(path, weights=None) -> dict:
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
             raise ValueError(f"load: {os.path.join(path, WEIGHTS)} is unreadable ({err})") from err
     else:
-        arrays = _given_weights(meta, signature, weights)
+        arrays = given_weights(meta, signature, weights)
     # the library's bytes as checked, mapped from a private copy: never the path itself
     executable = tvm.runtime.Executable(integrity.load_library(integrity.read_checked(path, LIB, meta["files"])))
     return {"vocab_bound": meta["vocab_bound"], "aliases": meta.get("aliases", {}), "signature": signature,

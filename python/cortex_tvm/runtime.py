@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import tvm
@@ -10,6 +11,7 @@ from . import export as _export
 from . import linearize as _linearize
 from . import torch_interop
 from .plan import CHECK_FUNC, TRANSFORM_FUNC, kernel_names
+from .weights import checked_weights
 
 _INT32 = np.dtype(np.int32)
 
@@ -101,6 +103,12 @@ class CompiledModel:
 
     #: validate a Linearized's index arrays in run() (set by compile(bounds_check=True))
     bounds_check = False
+    #: the backward pass (`adjoint.Adjoint`, from compile(training=True)); None: inference only
+    adjoint = None
+    #: the weights the backward differentiates, in the user's sizes (name -> float32 array)
+    training_weights = None
+    #: seconds the last `load_weights` spent validating, padding and transforming the weights
+    transform_seconds = 0.0
 
     def __init__(self, signature, executable, target, plan, weights, *, vocab_bound, model_name,
                  aliases=None, recipe_name="custom", state_shapes=None, lowered=None, trace=(),
@@ -264,9 +272,77 @@ class CompiledModel:
         rows = self._visible(states[0][lin.node_slots])
         return np.split(rows, np.cumsum(lin.tree_sizes)[:-1])
 
+    # -- training ------------------------------------------------------------------------
+    def load_weights(self, weights) -> "CompiledModel":
+        """Use `weights` (name -> numpy array or torch tensor, the user's sizes, float32) from the
+        next call on, without recompiling: they are checked, padded to the kernel's sizes, and the
+        parameter transforms (packing, leaf tables) run again; `transform_seconds` says how long
+        that took.  A model compiled with training=True takes all of its weights (the backward
+        reads them too); otherwise the ones the kernel reads.  Returns self."""
+        start = time.perf_counter()
+        kernel_names_ = [name for name, _, _ in self.signature.model_weights()]
+        if self.adjoint is not None:
+            expected = {name: (array.shape, "float32") for name, array in self.training_weights.items()}
+            user = checked_weights(weights, expected, self.aliases, "load_weights")
+            weights = {name: user[name] for name in kernel_names_}
+        arrays = _export.given_weights({"weight_padding": self.weight_padding, "aliases": self.aliases},
+                                       self.signature, weights)
+        if self.target.kind.name == "cuda":
+            with self._upload_lock:
+                self.model_weights, self._weights = arrays, None       # uploaded again on the next call
+        else:
+            self._weights = kernel_weights(self.executable, self.signature, arrays)
+            self.model_weights = arrays
+        if self.adjoint is not None:
+            self.training_weights = user
+        self.transform_seconds = time.perf_counter() - start
+        return self
+
+    def vjp(self, trees, all_nodes: bool = False):
+        """The forward on `trees` and its pullback: ``out, vjp = compiled.vjp(trees)``, then
+        ``grads = vjp(d_out)`` maps every weight's name to the gradient of sum(d_out * out) with
+        respect to it, in the user's sizes (the kernel's padding removed).
+
+        `out` is what `compiled(trees, all_nodes)` returns: the roots' first state (B, *shape),
+        or with all_nodes=True one (nodes, *shape) array per tree, postorder; `d_out` has the
+        same shapes (a list, or the arrays concatenated).  The forward is the compiled kernel;
+        the backward (`adjoint.Adjoint`, generated from the RA program) recomputes each level's
+        gates from the saved states, one row per node each.  Needs compile(training=True)."""
+        if self.adjoint is None:
+            raise ValueError("vjp: this model has no backward pass: compile it with training=True "
+                             "(model.compile(training=True) or ct.compile(..., training=True)); a model "
+                             "loaded from an export has none")
+        lin = self.linearize(trees)
+        _, states = self.run(lin, check=self.bounds_check)
+        plain = self.adjoint.linearize(trees)             # one node per slot, level by level
+        saved = []
+        for state, shape in zip(states, self.state_shapes):
+            rows = np.zeros((plain.num_slots,) + shape, np.float32)
+            rows[plain.node_slots] = state[lin.node_slots][(slice(None),) + tuple(slice(0, d) for d in shape)]
+            saved.append(rows)
+        if all_nodes:
+            out = np.split(saved[0][plain.node_slots], np.cumsum(plain.tree_sizes)[:-1])
+        else:
+            out = saved[0][plain.roots]
+        weights, adjoint, shape = self.training_weights, self.adjoint, self.state_shapes[0]
+
+        def pullback(d_out):
+            d_states = [np.zeros_like(s) for s in saved]
+            if all_nodes:
+                d_rows = _adjoint_array(d_out, (len(plain.node_slots),) + shape, "per-node states", True)
+                d_states[0][plain.node_slots] += d_rows
+            else:
+                d_rows = _adjoint_array(d_out, (len(plain.roots),) + shape, "root states", False)
+                np.add.at(d_states[0], plain.roots, d_rows)
+            grads = adjoint.vjp(plain, saved, weights, d_states)
+            return {name: grads.get(name, np.zeros_like(w)) for name, w in weights.items()}
+        return out, pullback
+
     def as_torch(self):
         """This model as a `torch.nn.Module` whose forward(trees) returns a torch.Tensor (DLPack,
         no copy); ImportError if torch is not installed.  See `cortex_tvm.torch_interop`.
+        Compiled with training=True, the module holds the weights as `nn.Parameter`s and
+        `loss.backward()` fills their `.grad`.
 
         Example: ``logits = torch.nn.Linear(H, 5)(compiled.as_torch()(trees))``."""
         return torch_interop.as_torch(self)
@@ -280,6 +356,18 @@ class CompiledModel:
         """Generated source: CUDA for a GPU target, LLVM IR for the CPU."""
         mod = self.executable.mod
         return (mod.imports[0] if len(mod.imports) else mod).inspect_source()
+
+
+def _adjoint_array(d_out, shape, what, concatenate) -> np.ndarray:
+    """d_out as one float32 array of `shape`; ValueError naming what was expected otherwise."""
+    if concatenate and isinstance(d_out, (list, tuple)):
+        d_out = np.concatenate([np.asarray(d, np.float32) for d in d_out]) if d_out else np.zeros(shape)
+    array = np.asarray(d_out, dtype=np.float32)
+    if array.shape != shape:
+        raise ValueError(f"vjp: the adjoint of the {what} must have shape {shape}, got {array.shape}")
+    if not np.isfinite(array).all():
+        raise ValueError(f"vjp: the adjoint of the {what} holds NaN or infinity")
+    return array
 
 
 def load(path, weights=None) -> CompiledModel:

@@ -3,7 +3,16 @@
 The module's forward runs the compiled kernel and hands its numpy result to
 torch through DLPack: the returned tensor shares the array's memory (the
 array is freshly allocated by each call, so nothing else holds it).
-Inference only: no gradients flow through the compiled kernel.
+
+Compiled with training=True, the module holds the model's weights as
+`nn.Parameter`s named as the model names them (`emb`, `W`, ...), and its
+forward is a `torch.autograd.Function` whose backward is the generated one
+(`CompiledModel.vjp`): `loss.backward()` fills each parameter's `.grad`.
+When an optimizer has changed the parameters (in place, as `optimizer.step()`
+does), the next forward hands the new values to the compiled model first
+(`CompiledModel.load_weights`: the parameter transforms run again; the seconds
+they took are `module.transform_seconds`).  Otherwise inference only, and it
+says so when the module is made.
 """
 from __future__ import annotations
 
@@ -39,17 +48,22 @@ INFERENCE_ONLY = ("as_torch(): inference only. The module has no parameters and 
 def as_torch(compiled):
     """`compiled` (a CompiledModel) wrapped as a torch.nn.Module; forward(trees) -> torch.Tensor.
 
-    Inference only, and it says so: a UserWarning when the module is made (INFERENCE_ONLY).
     forward(trees, all_nodes=True) returns one tensor per tree with its per-node states.
-    torch.save cannot pickle compiled code: save `compiled.export(path)` and `ct.load(path)`.
+    Compiled with training=True: the weights are parameters and gradients flow (module
+    docstring).  Otherwise inference only, and it says so: a UserWarning when the module is made
+    (INFERENCE_ONLY).  torch.save cannot pickle compiled code: save `compiled.export(path)` and
+    `ct.load(path)`; a trained module's weights are in its `state_dict()`.
 
-    Example::
+    Example (training; DGL's TreeLSTM recipe is Adagrad, lr 0.05, weight decay 1e-4)::
 
-        module = ct.compile(cell, weights=w).as_torch()
+        module = model.compile(training=True).as_torch()
         classifier = torch.nn.Linear(H, 5)
-        logits = classifier(module(trees))       # (len(trees), 5)
+        optimizer = torch.optim.Adagrad([*module.parameters(), *classifier.parameters()], lr=0.05)
+        loss = torch.nn.functional.cross_entropy(classifier(module(trees)), labels)
+        loss.backward(); optimizer.step()
     """
-    warnings.warn(INFERENCE_ONLY, UserWarning, stacklevel=3)
+    if compiled.adjoint is None:
+        warnings.warn(INFERENCE_ONLY, UserWarning, stacklevel=3)
     return _module_class()(compiled)
 
 
@@ -63,27 +77,73 @@ def _module_class():
         return _CLASS
     torch = _torch()
 
+    class RecursiveFunction(torch.autograd.Function):
+        """The compiled forward and the generated backward as one autograd node."""
+
+        @staticmethod
+        def forward(ctx, module, trees, sizes, *parameters):
+            """sizes: None (the roots), or a list that receives each tree's node count (all nodes,
+            concatenated: a Function returns tensors, not a list)."""
+            out, pullback = module.compiled.vjp(trees, all_nodes=sizes is not None)
+            ctx.pullback, ctx.names = pullback, module.weight_names
+            if sizes is None:
+                return torch.from_numpy(out)
+            sizes.extend(len(rows) for rows in out)
+            return torch.from_numpy(np.concatenate(out))
+
+        @staticmethod
+        def backward(ctx, d_out):
+            grads = ctx.pullback(d_out.detach().cpu().numpy())
+            return (None, None, None, *(torch.from_numpy(grads[name]) for name in ctx.names))
+
     class RecursiveModule(torch.nn.Module):
         """A compiled cortex_tvm model: forward(trees) -> (len(trees), *state shape) float32 tensor
-        holding each root's first state (inference only: no parameters, no gradient)."""
+        holding each root's first state.  Compiled with training=True its weights are parameters
+        and gradients flow; otherwise no parameters and no gradient (inference only)."""
 
         def __init__(self, compiled):
             super().__init__()
             self.compiled = compiled
+            self.trainable = compiled.adjoint is not None
+            #: seconds the last weight update spent in the compiled model's parameter transforms
+            self.transform_seconds = 0.0
+            self.weight_names = list(compiled.training_weights or ())
+            for name in self.weight_names:
+                self.register_parameter(name, torch.nn.Parameter(torch.from_numpy(
+                    np.array(compiled.training_weights[name], np.float32))))
+            self._seen = self._versions()
+
+        def _versions(self):
+            return [(p.data_ptr(), p._version) for p in self._parameters.values()]
+
+        def _sync(self):
+            """Hand changed parameters (an optimizer step, load_state_dict) to the compiled model."""
+            versions = self._versions()
+            if versions != self._seen:
+                self.compiled.load_weights({name: p.detach().cpu().numpy()
+                                            for name, p in self._parameters.items()})
+                self.transform_seconds = self.compiled.transform_seconds
+                self._seen = versions
 
         def forward(self, trees, all_nodes: bool = False):
-            if all_nodes:
-                return [to_torch(states) for states in self.compiled(trees, all_nodes=True)]
-            return to_torch(self.compiled(trees))
+            if not self.trainable:
+                if all_nodes:
+                    return [to_torch(states) for states in self.compiled(trees, all_nodes=True)]
+                return to_torch(self.compiled(trees))
+            self._sync()
+            sizes = [] if all_nodes else None
+            out = RecursiveFunction.apply(self, trees, sizes, *self._parameters.values())
+            return list(torch.split(out, sizes)) if all_nodes else out
 
         def extra_repr(self):
             c = self.compiled
-            return f"{c.model_name}, recipe={c.recipe_name!r}, target={c.target.kind.name}, inference only"
+            mode = "training" if self.trainable else "inference only"
+            return f"{c.model_name}, recipe={c.recipe_name!r}, target={c.target.kind.name}, {mode}"
 
         def __reduce__(self):
             raise TypeError("a cortex_tvm module holds compiled code, which torch.save cannot pickle: "
                             "save it with compiled.export(path) and load it with cortex_tvm.load(path) "
-                            "(then .as_torch() again)")
+                            "(then .as_torch() again), or save module.state_dict()")
 
     RecursiveModule.__qualname__ = RecursiveModule.__name__ = "RecursiveModule"
     _CLASS = RecursiveModule

@@ -117,7 +117,7 @@ class TracedModel(Model):
 
 
 def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tuning_log=None,  # noqa: A001
-            max_unroll_depth: int | None = None, precision: str = "fp32"):
+            max_unroll_depth: int | None = None, precision: str = "fp32", training: bool = False):
     """Trace a `@ct.recursive` function and compile it; the result is called on a list of trees.
 
     weights: name -> numpy array or torch tensor (float32), read in the function as p.<name>.
@@ -125,7 +125,8 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
     target, schedule, tuning_log: as `Model.compile` (the default schedule is
     derived from the traced program and the target).  max_unroll_depth: CORTEX's recursive unrolling
     (`RecSchedule.unroll_recursion`): each node computed in one step with its descendants
-    this many levels down, on one thread; None lets the schedule choose (it does not unroll).  precision: "fp32" or "bf16" (as `Model.compile`).  Returns a `CompiledModel`: numpy (B, H), the
+    this many levels down, on one thread; None lets the schedule choose (it does not unroll).
+    precision: "fp32" or "bf16", training: generate the backward pass (as `Model.compile`).  Returns a `CompiledModel`: numpy (B, H), the
     first state at each root.  Errors in the function raise TypeError/ValueError
     naming its line.
 
@@ -145,6 +146,8 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
     """
     if isinstance(fn, ra.RecProgram):
         return ProgramModel(fn, weights).compile(target=target, schedule=schedule, tuning_log=tuning_log,
-                                                 max_unroll_depth=max_unroll_depth, precision=precision)
+                                                 max_unroll_depth=max_unroll_depth, precision=precision,
+                                                 training=training)
     return TracedModel(fn, weights, max_children).compile(target=target, schedule=schedule, tuning_log=tuning_log,
-                                                          max_unroll_depth=max_unroll_depth, precision=precision)
+                                                          max_unroll_depth=max_unroll_depth, precision=precision,
+                                                          training=training)

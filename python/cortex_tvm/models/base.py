@@ -146,7 +146,7 @@ class Model:
         return cache[specialize_leaves]
 
     def compile(self, target="llvm", schedule=None, tuning_log=None, bounds_check=False, max_unroll_depth=None,
-                precision="fp32"):
+                precision="fp32", training=False):
         """Lower, schedule and build; the result is called on a list of trees.
 
         schedule: a recipe name from `cortex_tvm.schedules` (default: the derived schedule for
@@ -155,11 +155,13 @@ class Model:
         bounds_check=True: validate the linearized arrays on every call too (`run(lin)` always does).
         precision="bf16": the packed GEMM weights are kept as bfloat16 (half the bytes a level
         streams), states and accumulation stay float32; "fp32" (the default) keeps float32.
+        training=True: also generate the backward pass (`compiled.vjp(trees)`; `as_torch()` with
+        parameters whose `.grad` a `loss.backward()` fills; docs/training.md).
         The weights loaded now are the ones the compiled model uses.
         """
         return _compiler.compile_model(self, target=target, schedule=schedule, tuning_log=tuning_log,
                                        max_unroll_depth=max_unroll_depth, bounds_check=bounds_check,
-                                       precision=precision)
+                                       precision=precision, training=training)
 
     def as_relax(self, target="llvm", precision="fp32"):
         """This model in a Relax IRModule (see `cortex_tvm.relax.as_relax`)."""

@@ -1,0 +1,116 @@
+"""compile(training=True): the generated backward against independent references.
+
+* every zoo model, on its own structures (SST trees, sequences of SST words, grid DAGs whose
+  nodes have several parents), at a size the kernel pads (H=6): sampled weight gradients
+  against central differences of the float64 per-node reference (`models.reference64`),
+  which shares nothing with the linearizer, the kernels or the backward;
+* words on inner nodes (TreeLSTM(inner_words=True), the child-sum cell), unary nodes;
+* the backward's own arrays: `Adjoint.vjp` on the numpy executor's states gives the same
+  gradients as `compiled.vjp` on the kernel's (padding sliced off, slots re-mapped), also
+  for a kernel that unrolls the recursion (`max_unroll_depth=2`).
+"""
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm.adjoint import Adjoint
+from cortex_tvm.bench.cases import OPTIONS, structures
+from cortex_tvm.data import Node
+from cortex_tvm.models import reference64
+
+H = 6
+EPS = 1e-6
+
+
+@pytest.fixture(scope="module")
+def sst_small(sst):
+    trees, vocab = sst
+    return trees[:4], len(vocab)
+
+
+def _loss64(model, structs, weights64, direction):
+    """sum(roots * direction) in float64, the model's own float64 reference."""
+    saved = model.weights
+    model.weights = weights64
+    try:
+        return float((reference64(model, structs) * direction).sum())
+    finally:
+        model.weights = saved
+
+
+def _entries(name, shape, rng, words, count=4):
+    for _ in range(count):
+        if name.startswith("emb"):                 # a row some node reads
+            yield (int(rng.choice(words)),) + tuple(int(rng.integers(0, s)) for s in shape[1:])
+        else:
+            yield tuple(int(rng.integers(0, s)) for s in shape)
+
+
+def check_against_differences(model, structs, compiled, seed=0):
+    """Every weight's gradient of sum(roots * R), at sampled entries, against central differences."""
+    rng = np.random.default_rng(seed)
+    out, vjp = compiled.vjp(structs)
+    direction = rng.standard_normal(out.shape)
+    grads = vjp(direction.astype(np.float32))
+    assert sorted(grads) == sorted(model.weights)
+    weights64 = {k: v.astype(np.float64) for k, v in model.weights.items()}
+    lin = model.linearize(structs)
+    words = [int(w) for w in lin.words[lin.level_offsets[0]:lin.level_offsets[-1]] if w < model.vocab_size]
+    checked = 0
+    for name, w in weights64.items():
+        assert grads[name].shape == w.shape and grads[name].dtype == np.float32
+        for idx in _entries(name, w.shape, rng, words):
+            plus = {k: v.copy() for k, v in weights64.items()}
+            minus = {k: v.copy() for k, v in weights64.items()}
+            plus[name][idx] += EPS
+            minus[name][idx] -= EPS
+            numeric = (_loss64(model, structs, plus, direction) - _loss64(model, structs, minus, direction)) / (2 * EPS)
+            assert abs(grads[name][idx] - numeric) <= 2e-4 + 1e-3 * abs(numeric), (name, idx, grads[name][idx], numeric)
+            checked += numeric != 0
+    assert checked >= len(weights64)            # most sampled entries matter: the check can fail
+
+
+@pytest.mark.parametrize("name", sorted(ct.models.BY_NAME))
+def test_every_zoo_model_against_central_differences(name, sst_small):
+    trees, V = sst_small
+    model = ct.models.BY_NAME[name](hidden_size=H, vocab_size=V, **OPTIONS.get(name, {}))
+    structs = structures(name, trees)
+    check_against_differences(model, structs, model.compile(training=True))
+
+
+def _inner_word_trees():
+    return [Node(word=3, children=[Node(word=1), Node(children=[Node(word=4), Node(word=7)])]),
+            Node(children=[Node(word=2, children=[Node(word=5), Node(word=9)]), Node(word=8)])]
+
+
+def test_words_on_inner_nodes():
+    model = ct.models.TreeLSTM(H, 20, inner_words=True, seed=3)
+    check_against_differences(model, _inner_word_trees(), model.compile(training=True), seed=1)
+
+
+def test_child_sum_with_unary_and_wide_nodes():
+    model = ct.models.ChildSumTreeLSTM(H, 20, max_children=3, seed=2)
+    trees = [Node(word=3, children=[Node(word=1)]),                                  # a unary node
+             Node(children=[Node(word=4), Node(word=7), Node(children=[Node(word=9)])])]
+    check_against_differences(model, trees, model.compile(training=True), seed=2)
+
+
+def test_backward_of_the_kernel_states_equals_backward_of_the_numpy_states(sst):
+    """compiled.vjp maps the kernel's (padded, tiled, possibly unrolled) slots to one node per slot:
+    its gradients are those of the backward run on the numpy executor's states."""
+    trees, vocab = sst
+    batch = trees[10:22]
+    model = ct.models.TreeLSTM(20, len(vocab), seed=5)         # 20: padded to the vector width
+    lin = model.linearize(batch)
+    states = model.numpy_forward(lin)
+    rng = np.random.default_rng(4)
+    d_roots = rng.standard_normal((len(batch), 20)).astype(np.float32)
+    d_states = [np.zeros_like(s) for s in states]
+    d_states[0][lin.roots] = d_roots
+    want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, d_states)
+    for compiled in (model.compile(training=True), model.compile(training=True, max_unroll_depth=2)):
+        out, vjp = compiled.vjp(batch)
+        np.testing.assert_allclose(out, states[0][lin.roots], rtol=1e-5, atol=1e-5)
+        got = vjp(d_roots)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
