@@ -1,0 +1,218 @@
+"""Training through PyTorch: `compiled.vjp` and `as_torch()` against PyTorch's own autograd.
+
+The reference is a TreeLSTM written here by recursion in float64 torch (one node at a time, no
+levels, no slots), differentiated by torch.autograd: every weight's whole gradient is compared,
+for a loss on the roots and on every node.  Then the module a user trains: parameters named as
+the weights, an optimizer step reaching the compiled kernel, the errors.
+"""
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm import ra
+
+torch = pytest.importorskip("torch")
+
+H = 24
+
+
+class EagerTreeLSTM(torch.nn.Module):
+    """TreeLSTM (DESIGN.md's equations) by recursion; all_h lists every node's h in postorder."""
+
+    def __init__(self, weights):
+        super().__init__()
+        for name, w in weights.items():
+            self.register_parameter(name, torch.nn.Parameter(torch.tensor(w, dtype=torch.float64)))
+
+    def node(self, n, all_h):
+        if n.children is None:
+            i, o, u = (self.W @ self.emb[n.word] + self.bW).chunk(3)
+            c = torch.sigmoid(i) * torch.tanh(u)
+        else:
+            (hl, cl), (hr, cr) = (self.node(k, all_h) for k in n.children)
+            i, fl, fr, o, u = (self.U @ torch.cat([hl, hr]) + self.bU).chunk(5)
+            c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+        h = torch.sigmoid(o) * torch.tanh(c)
+        all_h.append(h)
+        return h, c
+
+    def forward(self, trees):
+        roots, per_tree = [], []
+        for t in trees:
+            all_h = []
+            roots.append(self.node(t, all_h)[0])
+            per_tree.append(torch.stack(all_h))
+        return torch.stack(roots), per_tree
+
+
+@pytest.fixture(scope="module")
+def setup(sst):
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(H, len(vocab), seed=7)
+    return trees[:12], model, model.compile(training=True)
+
+
+def _torch_grads(model, loss_of):
+    eager = EagerTreeLSTM(model.weights)
+    loss_of(eager).backward()
+    return {name: p.grad.numpy() for name, p in eager.named_parameters()}
+
+
+def _assert_grads_close(got, want):
+    assert sorted(got) == sorted(want)
+    for name in want:
+        scale = max(1e-3, float(np.abs(want[name]).max()))
+        assert float(np.abs(got[name] - want[name]).max()) <= 2e-5 * scale + 1e-6, name
+
+
+def test_vjp_of_the_roots_equals_torch_autograd(setup):
+    trees, model, compiled = setup
+    rng = np.random.default_rng(0)
+    direction = rng.standard_normal((len(trees), H))
+    out, vjp = compiled.vjp(trees)
+    np.testing.assert_allclose(out, compiled(trees), rtol=0, atol=0)
+    got = vjp(direction.astype(np.float32))
+    want = _torch_grads(model, lambda m: (m(trees)[0] * torch.tensor(direction)).sum())
+    _assert_grads_close(got, want)
+
+
+def test_vjp_of_every_node_equals_torch_autograd(setup):
+    trees, model, compiled = setup
+    out, vjp = compiled.vjp(trees, all_nodes=True)
+    assert [len(o) for o in out] == [len(ct.data.postorder(t)) for t in trees]
+    rng = np.random.default_rng(1)
+    directions = [rng.standard_normal(o.shape) for o in out]
+    got = vjp([d.astype(np.float32) for d in directions])
+    assert all(np.array_equal(a, b) for a, b in zip(vjp(np.concatenate(directions)).values(), got.values()))
+
+    def loss(m):
+        _, per_tree = m(trees)
+        return sum((h * torch.tensor(d)).sum() for h, d in zip(per_tree, directions))
+    _assert_grads_close(got, _torch_grads(model, loss))
+
+
+def test_module_holds_the_weights_as_parameters(setup):
+    _, model, compiled = setup
+    module = compiled.as_torch()
+    names = [name for name, _ in module.named_parameters()]
+    assert names == list(model.weights) == ["emb", "W", "bW", "U", "bU"]
+    for name, p in module.named_parameters():
+        assert p.requires_grad and p.dtype == torch.float32
+        np.testing.assert_array_equal(p.detach().numpy(), model.weights[name])
+    assert list(module.state_dict()) == names
+    assert "training" in repr(module)
+
+
+def test_loss_backward_fills_grad_through_torch_layers(setup):
+    trees, model, compiled = setup
+    module = compiled.as_torch()
+    classifier = torch.nn.Linear(H, 5, dtype=torch.float32)
+    labels = torch.arange(len(trees)) % 5
+    roots = module(trees)
+    assert roots.requires_grad
+    loss = torch.nn.functional.cross_entropy(classifier(roots), labels)
+    d_roots, = torch.autograd.grad(loss, roots, retain_graph=True)
+    loss.backward()
+    _, vjp = compiled.vjp(trees)
+    want = vjp(d_roots.numpy())
+    for name, p in module.named_parameters():
+        np.testing.assert_allclose(p.grad.numpy(), want[name], rtol=1e-6, atol=1e-7, err_msg=name)
+    assert classifier.weight.grad is not None
+
+
+def test_all_nodes_from_the_module_carry_gradients(setup):
+    trees, model, compiled = setup
+    module = compiled.as_torch()
+    per_tree = module(trees[:3], all_nodes=True)
+    assert [tuple(t.shape) for t in per_tree] == [(len(ct.data.postorder(t)), H) for t in trees[:3]]
+    sum(t.sum() for t in per_tree).backward()
+    _, vjp = compiled.vjp(trees[:3], all_nodes=True)
+    want = vjp(np.ones((sum(len(t) for t in per_tree), H), np.float32))
+    np.testing.assert_allclose(module.U.grad.numpy(), want["U"], rtol=1e-6, atol=1e-7)
+
+
+def test_an_optimizer_step_reaches_the_kernel_without_recompiling(sst):
+    trees, vocab = sst
+    batch = trees[20:30]
+    model = ct.models.TreeLSTM(H, len(vocab), seed=11)
+    compiled = model.compile(training=True)
+    module = compiled.as_torch()
+    torch.manual_seed(0)
+    classifier = torch.nn.Linear(H, 5)
+    labels = torch.arange(len(batch)) % 5
+    optimizer = torch.optim.Adagrad([*module.parameters(), *classifier.parameters()], lr=0.05, weight_decay=1e-4)
+    losses = []
+    for _ in range(6):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(classifier(module(batch)), labels)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0], losses
+    with torch.no_grad():
+        after = module(batch).numpy()
+    assert module.transform_seconds > 0
+    # the kernel now runs on the stepped weights: as a fresh compile of them does
+    trained = ct.models.TreeLSTM(H, len(vocab)).load_weights(module.state_dict())
+    np.testing.assert_allclose(after, trained.compile()(batch), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(compiled(batch), after, rtol=0, atol=0)
+
+
+def test_a_module_that_was_not_compiled_for_training_says_so(setup, recwarn):
+    trees, model, _ = setup
+    module = model.compile().as_torch()
+    assert any("inference only" in str(w.message) for w in recwarn.list)
+    assert list(module.parameters()) == []
+
+
+def test_training_errors(setup):
+    trees, model, compiled = setup
+    with pytest.raises(ValueError, match="compile it with training=True"):
+        model.compile().vjp(trees)
+    with pytest.raises(TypeError, match="training must be a bool"):
+        model.compile(training="yes")
+    with pytest.raises(ValueError, match="training=True needs precision='fp32'"):
+        model.compile(training=True, precision="bf16")
+    _, vjp = compiled.vjp(trees)
+    with pytest.raises(ValueError, match=r"must have shape \(12, 24\)"):
+        vjp(np.zeros((12, 23), np.float32))
+    with pytest.raises(ValueError, match="NaN or infinity"):
+        vjp(np.full((12, 24), np.nan, np.float32))
+    bad = dict(model.weights, U=np.zeros((5 * H, H), np.float32))
+    with pytest.raises(ValueError, match="U"):
+        compiled.load_weights(bad)
+    with pytest.raises(TypeError, match="state_dict"):
+        import pickle
+        pickle.dumps(compiled.as_torch())
+
+
+def test_an_operation_without_a_derivative_rule_is_refused_by_name():
+    from tvm import te
+    V = 10
+    n, word = ra.node(), ra.node_input("word", V)
+    emb, h = ra.weight("emb", (V, 4)), ra.rec_placeholder("h", (4,))
+    leaf = ra.compute((4,), lambda i: emb[word[n], i], name="leaf_h")
+    inner = ra.compute((4,), lambda i: te.log(1.0 + h[ra.child(n, 0), i] * h[ra.child(n, 1), i]), name="internal_h")
+    program = ra.rec_compute(ra.Tree(2), {h: (leaf, inner)})
+    weights = {"emb": np.ones((V, 4), np.float32)}
+    ct.compile(program, weights=weights)                         # inference compiles
+    with pytest.raises(NotImplementedError, match=r"tirx\.log in block 'internal_h'"):
+        ct.compile(program, weights=weights, training=True)
+
+
+def test_a_traced_cell_trains_too():
+    @ct.recursive
+    def tree_fc(node, p):
+        if node.is_leaf:
+            return p.emb[node.word]
+        return ct.tanh(p.W @ (tree_fc(node.children[0], p) + tree_fc(node.children[1], p)) + p.b)
+
+    zoo = ct.models.TreeFC(8, 30, seed=4)
+    trees = ct.data.random_trees(5, (2, 12), seed=3, vocab_size=30)
+    compiled = ct.compile(tree_fc, weights=zoo.weights, max_children=2, training=True)
+    _, vjp = compiled.vjp(trees)
+    got = vjp(np.ones((5, 8), np.float32))
+    _, zoo_vjp = zoo.compile(training=True).vjp(trees)
+    want = zoo_vjp(np.ones((5, 8), np.float32))
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
