@@ -125,6 +125,61 @@ print("best knobs:", best)
 tuned = model.compile(tuning_log=log)
 print("tuned:", mean_of_best(tuned, batches, REPEATS) * 1e3, "ms; default:", mean_of_best(compiled, batches, REPEATS) * 1e3, "ms")""")
 
+md("""## 5. Training: the loss curve against PyTorch
+
+`model.compile(training=True).as_torch()` holds the weights as torch parameters; its backward is
+generated from the RA program (`cortex_tvm/adjoint.py`).  The SST recipe (a classifier on every
+node, cross-entropy at every node's label, Adagrad) runs on it and on a TreeLSTM written by
+recursion in PyTorch, from the same weights: the two loss curves lie on each other.""")
+code("""import time
+import torch
+
+class EagerTreeLSTM(torch.nn.Module):
+    def __init__(self, weights):
+        super().__init__()
+        for name, w in weights.items():
+            self.register_parameter(name, torch.nn.Parameter(torch.tensor(w)))
+    def node(self, n, out):
+        if n.children is None:
+            i, o, u = (self.W @ self.emb[n.word] + self.bW).chunk(3)
+            c = torch.sigmoid(i) * torch.tanh(u)
+        else:
+            (hl, cl), (hr, cr) = (self.node(k, out) for k in n.children)
+            i, fl, fr, o, u = (self.U @ torch.cat([hl, hr]) + self.bU).chunk(5)
+            c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
+        h = torch.sigmoid(o) * torch.tanh(c)
+        out.append(h)
+        return h, c
+    def forward(self, trees, all_nodes=True):
+        out = []
+        for t in trees:
+            self.node(t, out)
+        return [torch.stack(out)]
+
+def train(encoder, steps, batch):
+    torch.manual_seed(0)
+    head = torch.nn.Linear(model.hidden_size, 5)
+    optimizer = torch.optim.Adagrad([*encoder.parameters(), *head.parameters()], lr=0.05, weight_decay=1e-4)
+    losses, start = [], time.perf_counter()
+    for k in range(steps):
+        chunk = trees[k * batch:(k + 1) * batch]
+        labels = torch.tensor([n.label for t in chunk for n in ct.data.postorder(t)])
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(head(torch.cat(encoder(chunk, all_nodes=True))), labels)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return np.array(losses), (time.perf_counter() - start) / steps
+
+steps, batch = (6, 4) if SMALL else (30, 10)
+ours, ours_step = train(model.compile(training=True).as_torch(), steps, batch)
+reference, ref_step = train(EagerTreeLSTM(model.weights), steps, batch)
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.plot(reference, "o-", label=f"PyTorch, by recursion ({ref_step * 1e3:.0f} ms per step)")
+ax.plot(ours, "x--", label=f"cortex_tvm ({ours_step * 1e3:.0f} ms per step)")
+ax.set_xlabel("Adagrad step"); ax.set_ylabel("cross-entropy, every node"); ax.legend(); plt.show()
+print("largest relative difference of the losses:", float(np.abs(ours / reference - 1).max()))""")
+
 nb = nbf.v4.new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
 nbf.write(nb, "notebooks/treelstm_schedules.ipynb")
 print("wrote notebooks/treelstm_schedules.ipynb")

@@ -29,6 +29,7 @@ import numpy as np
 
 from . import lower as _lower
 from . import ra
+from .blas_threads import single_threaded_blas
 from .stage_numpy import (StageNumpy, _basic_index, _times_missing, contract, elementwise, expand,
                           factors, reduce_to, union)
 
@@ -55,7 +56,7 @@ class Adjoint:
                 for block in stage.blocks:
                     _check_rules(block.body, block.name)
         except NotImplementedError as err:
-            raise NotImplementedError(f"no backward for this program: {err} (the rules: {RULES})") from None
+            raise ValueError(f"no backward for this program: {err} (the rules: {RULES})") from None
         inputs = {k for s in self.stages.values() for k in s.placeholder_of.values() if isinstance(k, ra.NodeInput)}
         if len(inputs) > 1:
             raise ValueError(f"adjoint: the program reads {len(inputs)} per-node inputs; one (the word) is supported")
@@ -72,6 +73,10 @@ class Adjoint:
         The second runs once over all the stage's nodes: each weight's gradient from the
         tensors' adjoints, as matrix products over every node at once.
         """
+        with single_threaded_blas():
+            return self._vjp(lin, states, weights, d_states)
+
+    def _vjp(self, lin, states, weights, d_states):
         d_states = [np.array(d, np.float32) for d in d_states]
         grads, deferred = {}, {}
         offsets = lin.level_offsets

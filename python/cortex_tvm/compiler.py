@@ -67,6 +67,8 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
         # each one's schedule is applied to read its program (0.7-6 s at the zoo's sizes)
         schedule = choose(recipes.resolve(kernel_model, tgt, None), kernel_model, tgt)
     schedule = with_unroll_depth(kernel_model, tgt, schedule, max_unroll_depth)
+    if adjoint is not None:
+        schedule = without_leaf_tables(kernel_model, tgt, schedule)
     schedule = with_device_grid(with_precision(recipes.resolve(kernel_model, tgt, schedule), precision), tgt)
     rs, recipe = schedule_model(kernel_model, tgt, schedule)
     compiled = build_schedule(kernel_model, rs, tgt, recipe, bounds_check,
@@ -75,6 +77,21 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
         compiled.adjoint = adjoint
         compiled.training_weights = {name: np.array(w, np.float32) for name, w in model.weights.items()}
     return compiled
+
+
+#: the derived schedule's knob for `RecSchedule.hoist` (leaf states as per-word tables)
+HOIST_KNOB = "hoist"
+
+
+def without_leaf_tables(model, target, schedule):
+    """The schedule with its leaf tables (`hoist`) turned off, where it has the knob.
+
+    A table holds the leaf state of every word of the vocabulary, computed from the weights by
+    the parameter transforms: cheap once for inference, but training changes the weights at
+    every step, and recomputing a table for every word (TreeLSTM: a (V, E) x (E, 3H) product)
+    costs more than the leaves of a batch."""
+    recipe = recipes.resolve(model, target, schedule)
+    return recipe.with_knobs(**{HOIST_KNOB: False}) if HOIST_KNOB in recipe.knobs else recipe
 
 
 def training_pass(model, target, precision, training):

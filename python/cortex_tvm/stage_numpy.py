@@ -274,6 +274,9 @@ class StageNumpy:
         #: are a slice of the whole stage's (`slice_memo`)
         self.node_axis_of = {id(e): self.position_axis(block) for block in self.blocks
                              for e in walk(block.body) if e.dtype.startswith("float")}
+        #: id of a level-invariant read -> (axes, shape) when it reads its whole array in order (a
+        #: weight row-block read as U[g*H + i, j*H + k]: a reshape, no gather), else None
+        self.reshapes = {}
         #: ids of the reads that give the same values at every level (cached per call)
         self.invariant = {id(load) for block in self.blocks for load in loads(block.body)
                           if self.level_invariant(load, block)}
@@ -393,9 +396,13 @@ class _Eval:
         if basic is not None:
             index, axes = basic
             result = array[index], axes
+        elif invariant and self.stage.reshapes.get(id(e)):
+            result = array.reshape(self.stage.reshapes[id(e)][1]), self.stage.reshapes[id(e)][0]
         else:
             idx, axes = self.indices(e)
             result = array[tuple(idx)], axes
+            if invariant and id(e) not in self.stage.reshapes:
+                self.stage.reshapes[id(e)] = _as_reshape(array, idx, axes)
         if invariant:
             self.cache[id(e)] = result
         return result
@@ -416,6 +423,15 @@ def _times_missing(result, parts, reduce_axes, extents):
     seen = union(*(p[1] for p in parts))
     scale = int(np.prod([extents[a] for a in reduce_axes if a not in seen], dtype=np.int64))
     return (result[0] * np.float32(scale), result[1]) if scale != 1 else result
+
+
+def _as_reshape(array, idx, axes):
+    """(axes, shape) when the gather array[idx] is a reshape of the whole array, else None."""
+    full = np.broadcast_shapes(*(i.shape for i in idx))
+    if int(np.prod(full, dtype=np.int64)) != array.size:
+        return None
+    flat = np.ravel_multi_index(tuple(np.broadcast_to(i, full) for i in idx), array.shape).reshape(-1)
+    return (axes, full) if (flat == np.arange(flat.size)).all() else None
 
 
 def _basic_index(e: Expr, extents: dict):
