@@ -13,6 +13,8 @@ import contextlib
 import ctypes
 import os
 
+import numpy  # noqa: F401 - its BLAS must be loaded to be found
+
 #: (getter, setter) names of OpenBLAS builds: numpy's own wheels (scipy-openblas), plain builds
 _SYMBOLS = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
             ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
@@ -48,7 +50,6 @@ def _openblas():
 @contextlib.contextmanager
 def single_threaded_blas():
     """numpy's OpenBLAS on one thread inside the block, as it was after (a no-op elsewhere)."""
-    import numpy  # noqa: F401 - its BLAS must be loaded to be found
     blas = _openblas()
     if blas is None:
         yield
