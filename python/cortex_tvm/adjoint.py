@@ -30,8 +30,8 @@ import numpy as np
 from . import lower as _lower
 from . import ra
 from .blas_threads import single_threaded_blas
-from .stage_numpy import (StageNumpy, _basic_index, _times_missing, contract, elementwise, expand,
-                          factors, reduce_to, union)
+from .named_axes import contract, elementwise, expand, reduce_to, times_missing
+from .stage_numpy import StageNumpy, basic_index, factors
 
 #: what the backward differentiates, for error messages
 RULES = "+ - * /, min, max (relu), sigmoid, tanh, exp, if_then_else, sums"
@@ -254,14 +254,14 @@ class _Backprop:
                 continue
             others = [adj] + values[:i] + values[i + 1:]
             g = contract(others, values[i][1], self.ctx.extents)
-            g = _times_missing(g, others + [values[i]], self.block.reduce_axes, self.ctx.extents)
+            g = times_missing(g, others + [values[i]], self.block.reduce_axes, self.ctx.extents)
             self.expr(f, g)
 
 
 # ----------------------------------------------------------------------------- scatters
 def _scatter(target, load, ctx, adj):
     """target[load's indices] += adj (summed over the axes the indices do not vary along)."""
-    basic = _basic_index(load, ctx.extents)
+    basic = basic_index(load, ctx.extents)
     if basic is not None:
         index, axes = basic
         view = target[index]

@@ -12,8 +12,7 @@ The adjoint (`adjoint.py`) walks the same trees backwards.  Example, TreeFC's in
     -> Expr("mul", load W[v_i1, v_k], load child_sum[v_i0, v_k]), reduced over v_k
     -> contract((W, (v_i1, v_k)), (child_sum, (v_i0, v_k)), out=(v_i0, v_i1))   (one matmul)
 
-A value is a pair (array, axes): `axes` names the array's dimensions, one axis name each, so
-values over different axes broadcast by name (`expand`).
+Values are arrays with named axes (`named_axes`).
 """
 from __future__ import annotations
 
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
+
+from .named_axes import contract, elementwise, expand, times_missing, union
 
 # expression kinds whose value is computed elementwise from their arguments' values
 _BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
@@ -148,77 +149,6 @@ def _rename_sources(e: Expr, keys: dict) -> frozenset:
 
 def _is_self_load(e, buffer) -> bool:
     return type(e).__name__ == "TensorLoad" and e.source.same_as(buffer)
-
-
-# ----------------------------------------------------------------------------- named-axis values
-def expand(value, axes: tuple):
-    """`value` (array, its axes) as an array broadcastable over `axes` (a superset of its axes)."""
-    array, own = value
-    if own == axes:
-        return array
-    order = [own.index(a) for a in axes if a in own]
-    array = np.transpose(array, order) if order != list(range(len(order))) else array
-    return array.reshape([array.shape[order.index(own.index(a))] if a in own else 1 for a in axes])
-
-
-def union(*axes_lists) -> tuple:
-    out = []
-    for axes in axes_lists:
-        out.extend(a for a in axes if a not in out)
-    return tuple(out)
-
-
-def elementwise(fn, *values):
-    axes = union(*(v[1] for v in values))
-    return fn(*(expand(v, axes) for v in values)), axes
-
-
-def reduce_to(value, keep: tuple):
-    """`value` summed over its axes not in `keep`, returned over `keep` (broadcast where missing)."""
-    array, axes = value
-    drop = tuple(i for i, a in enumerate(axes) if a not in keep)
-    if drop:
-        array = array.sum(axis=drop)
-        axes = tuple(a for a in axes if a in keep)
-    return array, axes
-
-
-def contract(values: list, out: tuple, extents: dict):
-    """sum over every axis not in `out` of the product of `values`: pairwise, the last pair as a
-    batched matrix product.  An axis that is in `out` but in none of the values is broadcast by the
-    caller; one in none of them and not in `out` is not seen here (see `missing_extent`)."""
-    values = [reduce_to(v, union(out, *(w[1] for w in values if w is not v))) for v in values]
-    while len(values) > 2:
-        # multiply the pair whose broadcast is smallest first
-        best = min(((i, j) for i in range(len(values)) for j in range(i + 1, len(values))),
-                   key=lambda ij: _size(union(values[ij[0]][1], values[ij[1]][1]), extents))
-        a, b = values[best[0]], values[best[1]]
-        values = [v for k, v in enumerate(values) if k not in best] + [elementwise(np.multiply, a, b)]
-        values = [reduce_to(v, union(out, *(w[1] for w in values if w is not v))) for v in values]
-    if len(values) == 1:
-        return reduce_to(values[0], out)
-    (a, a_axes), (b, b_axes) = values
-    batch = tuple(x for x in a_axes if x in b_axes and x in out)
-    summed = tuple(x for x in a_axes if x in b_axes and x not in out)
-    a_free = tuple(x for x in a_axes if x not in b_axes)
-    b_free = tuple(x for x in b_axes if x not in a_axes)
-    sizes = {x: n for x, n in zip(a_axes, a.shape)}
-    sizes.update(zip(b_axes, b.shape))
-
-    def prod(axes):
-        return int(np.prod([sizes[x] for x in axes], dtype=np.int64))
-    a2 = np.transpose(a, [a_axes.index(x) for x in batch + a_free + summed]).reshape(
-        prod(batch), prod(a_free), prod(summed))
-    b2 = np.transpose(b, [b_axes.index(x) for x in batch + summed + b_free]).reshape(
-        prod(batch), prod(summed), prod(b_free))
-    # numpy hands a 2-D product to BLAS whatever the strides; a stacked one only when contiguous
-    product = np.dot(a2[0], b2[0])[None] if a2.shape[0] == 1 else np.matmul(a2, b2)
-    result = product.reshape([sizes[x] for x in batch + a_free + b_free])
-    return result, batch + a_free + b_free
-
-
-def _size(axes, extents) -> int:
-    return int(np.prod([extents.get(a) or 1 for a in axes], dtype=np.int64))
 
 
 def walk(e: Expr):
@@ -392,7 +322,7 @@ class _Eval:
         if invariant and id(e) in self.cache:
             return self.cache[id(e)]
         array = self.source_array(e.source)
-        basic = _basic_index(e, self.extents)
+        basic = basic_index(e, self.extents)
         if basic is not None:
             index, axes = basic
             result = array[index], axes
@@ -415,14 +345,7 @@ class _Eval:
             return elementwise(np.add if e.kind == "Add" else np.subtract, a, b)
         parts = [self.value(f) for f in factors(e)]
         result = contract(parts, keep, self.extents)
-        return _times_missing(result, parts, self.block.reduce_axes, self.extents)
-
-
-def _times_missing(result, parts, reduce_axes, extents):
-    """A sum over an axis no part varies along adds the same term `extent` times."""
-    seen = union(*(p[1] for p in parts))
-    scale = int(np.prod([extents[a] for a in reduce_axes if a not in seen], dtype=np.int64))
-    return (result[0] * np.float32(scale), result[1]) if scale != 1 else result
+        return times_missing(result, parts, self.block.reduce_axes, self.extents)
 
 
 def _as_reshape(array, idx, axes):
@@ -434,7 +357,7 @@ def _as_reshape(array, idx, axes):
     return (axes, full) if (flat == np.arange(flat.size)).all() else None
 
 
-def _basic_index(e: Expr, extents: dict):
+def basic_index(e: Expr, extents: dict):
     """(index tuple, axes) when every index of the load is a distinct plain axis or a constant, so
     numpy's basic indexing gives the values as a view; None otherwise."""
     index, axes = [], []
