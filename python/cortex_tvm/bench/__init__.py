@@ -8,6 +8,12 @@ one fails the command.  See `run` for the orchestrator, `check` for the
 correctness check, `worker` for the cortex_tvm / numpy / sgemm workers and
 `torch_worker.py` (a standalone script, no cortex_tvm import) for the PyTorch
 and DGL baselines.
+
+`--train` times one training step per batch instead (forward, loss = sum(roots * R) for a
+fixed seeded R, backward to the gradients of every weight): cortex_tvm's
+compile(training=True) `vjp` against PyTorch autograd through the same forward functions,
+TreeLSTM and TreeFC only.  Each batch's roots and the gradient of U (TreeLSTM) / W (TreeFC)
+are checked against float64 PyTorch autograd through an eager per-node recursion.
 """
 from __future__ import annotations
 
@@ -20,6 +26,9 @@ TORCH_SYSTEMS = ("torch-eager", "torch-levels", "dgl", "torch-levels-bf16")
 #: `--precision bf16` adds, beside each of these systems, the same one in bfloat16: ours with
 #: compile(precision="bf16"), PyTorch by height under torch.autocast("cpu", dtype=torch.bfloat16)
 BF16_SYSTEMS = {"cortex_tvm": "cortex_tvm-bf16", "torch-levels": "torch-levels-bf16"}
+#: `--train`: the systems with a training step, and the models it is timed for
+TRAIN_SYSTEMS = ("cortex_tvm", "torch-eager", "torch-levels", "dgl")
+TRAIN_MODELS = ("treelstm", "treefc")
 
 
 
@@ -42,6 +51,13 @@ def add_parser(subparsers):
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                    help="bf16: also time cortex_tvm and torch-levels with bfloat16 weights (rows "
                         "cortex_tvm-bf16, torch-levels-bf16, checked at a 1e-2 tolerance)")
+    p.add_argument("--train", action="store_true",
+                   help="time one training step per batch instead of inference: forward, loss = "
+                        "sum(roots * R) for a fixed seeded R, backward to every weight's gradient "
+                        "(cortex_tvm: compile(training=True).vjp; PyTorch: autograd through the same "
+                        "forward); treelstm and treefc, systems cortex_tvm, torch-eager, torch-levels, "
+                        "dgl; roots and the gradient of U (treelstm) / W (treefc) are checked against "
+                        "float64 PyTorch autograd")
     p.add_argument("--torch-python", default=None,
                    help="a Python with torch (+dgl) for the torch systems (default: this one, if it has torch)")
     p.add_argument("--mcpu", default=None,

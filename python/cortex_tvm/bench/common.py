@@ -13,6 +13,14 @@ import time
 import numpy as np
 
 THREAD_VARS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: `bench --train`: the weight whose gradient every worker writes and the orchestrator checks
+#: (the case's .npz names it too, for the standalone torch worker)
+GRAD_WEIGHT = {"treelstm": "U", "treefc": "W"}
+#: `bench --train`: the seed of the fixed loss direction R (loss = sum(roots * R))
+TRAIN_SEED = 20
+#: `bench --train`: useful FLOPs of a training step, in forward FLOPs (each product y = W x also
+#: gives dW = dy x^T and dx = W^T dy in the backward; the elementwise work is a few % of either)
+TRAIN_FLOPS_FACTOR = 3
 
 
 def thread_env(threads: int, base=None) -> dict:

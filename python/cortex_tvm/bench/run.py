@@ -9,6 +9,13 @@ system: run a worker``, each worker a fresh process with every runtime's
 thread pool set to --threads, writing the roots of every batch, which are
 checked against the reference (`check.py`); a system's figure is its best
 round, and any wrong batch of any round fails the command.
+
+`--train`: each worker times one training step per batch (forward, loss = sum(roots * R),
+backward to every weight's gradient; R, (B, H), fixed and seeded, is in the npz as d_roots)
+and also writes the gradient of one weight per batch (common.GRAD_WEIGHT: U of TreeLSTM, W of
+TreeFC), checked like the roots against a float64 reference: PyTorch autograd through an eager
+per-node recursion when this Python has torch, else central differences of `reference64` at a
+few sampled entries (`check.py`).  A wrong gradient fails the command like a wrong root.
 """
 from __future__ import annotations
 
@@ -29,10 +36,11 @@ import tvm
 from .. import data
 from ..models import reference64
 from ..version import __version__
-from . import BF16_SYSTEMS, TORCH_SYSTEMS
+from . import BF16_SYSTEMS, TORCH_SYSTEMS, TRAIN_MODELS, TRAIN_SYSTEMS
 from .cases import MODEL_CLASSES, TORCH_MODELS, hidden_for, make_model, structures
-from .check import BF16_TOLERANCE, TOLERANCE, check_roots, tolerance_of, wrong_lines
-from .common import batch_starts, cpu_model, thread_env
+from .check import (BF16_TOLERANCE, GRAD_TOLERANCE, TOLERANCE, check_grads, check_roots, difference_grads64,
+                    grad_wrong_lines, tolerance_of, torch_grads64, wrong_lines)
+from .common import GRAD_WEIGHT, TRAIN_FLOPS_FACTOR, TRAIN_SEED, batch_starts, cpu_model, thread_env
 
 TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_worker.py")
 
@@ -44,6 +52,13 @@ def _apply_quick(args):
     for name in ("batches", "repeats", "rounds", "threads"):
         if getattr(args, name) < 1:
             raise SystemExit(f"cortex-tvm bench: --{name} must be >= 1")
+    if getattr(args, "train", False):
+        other = [m for m in args.models if m not in TRAIN_MODELS]
+        if other:
+            raise SystemExit(f"cortex-tvm bench --train: training steps are timed for {', '.join(TRAIN_MODELS)} "
+                             f"only (the models with PyTorch baselines), not {', '.join(other)}")
+        if getattr(args, "precision", "fp32") != "fp32":
+            raise SystemExit("cortex-tvm bench --train: training is float32 (no --precision bf16)")
 
 
 def _worker_json(cmd, env, timeout):
@@ -60,6 +75,11 @@ def _worker_json(cmd, env, timeout):
         return json.loads(lines[-1]), None
     except json.JSONDecodeError as e:
         return None, f"bad JSON from worker: {e}"
+
+
+def orchestrator_has_torch() -> bool:
+    """Whether this Python has torch (`--train`'s float64 reference gradients use it)."""
+    return importlib.util.find_spec("torch") is not None
 
 
 def find_torch_python(explicit, threads):
@@ -80,23 +100,56 @@ def find_torch_python(explicit, threads):
     return python, result, None
 
 
-def write_case(path, model, name, trees, batch, batches):
+def case_groups(name, trees, batch, batches):
+    """(the SST tree index of every batch's trees, flat; the structures of each batch)."""
+    starts = batch_starts(len(trees), batch, batches)
+    index = np.array([s + k for s in starts for k in range(batch)], np.int64)
+    groups = [structures(name, [trees[i] for i in index[k:k + batch]]) for k in range(0, len(index), batch)]
+    return index, groups
+
+
+def train_direction(batch, hidden):
+    """`--train`'s fixed loss direction R, (batch, hidden) float32: loss = sum(roots * R)."""
+    return np.random.default_rng([TRAIN_SEED, batch, hidden]).standard_normal((batch, hidden)).astype(np.float32)
+
+
+def write_case(path, model, name, trees, batch, batches, train=False):
     """The npz for one (model, H, batch); returns (mean useful FLOPs per batch, mean nodes per batch,
     the float64 reference roots of every batch, (batches, B, *state)).
 
     Binary-tree models also get flat post-order arrays (word/left/right) for
     the standalone torch worker; other models run on `cases.structures`.
+    train=True: also the loss direction d_roots (`train_direction`) and grad_weight, the name
+    of the weight whose gradient the workers write.
     """
 
-    starts = batch_starts(len(trees), batch, batches)
-    index = np.array([s + k for s in starts for k in range(batch)], np.int64)
-    groups = [structures(name, [trees[i] for i in index[k:k + batch]]) for k in range(0, len(index), batch)]
+    index, groups = case_groups(name, trees, batch, batches)
     arrays = _torch_arrays([trees[i] for i in index]) if name in TORCH_MODELS else {}
+    if train:
+        arrays.update(d_roots=train_direction(batch, model.hidden_size), grad_weight=np.array(GRAD_WEIGHT[name]))
     flops = [model.flops(model.linearize(g)) for g in groups]        # pad=1: real nodes only
     nodes = sum(len(data.dag_postorder(t)) for g in groups for t in g) / len(groups)
     np.savez(path, model=np.array(name), hidden=np.array(model.hidden_size), batch=np.array(batch),
              tree_index=index, flops=np.array(flops), **arrays, **{"w_" + k: v for k, v in model.weights.items()})
     return float(np.mean(flops)), nodes, np.stack([reference64(model, g) for g in groups])
+
+
+def reference_grads(model, name, groups, d_roots, ref_roots, use_torch):
+    """The float64 reference gradient of GRAD_WEIGHT[name] per batch, for `check.check_grads`:
+    PyTorch autograd through an eager per-node recursion (its roots must equal `ref_roots`, the
+    `reference64` ones, to 1e-9), or (use_torch False) central differences of `reference64`."""
+    weight = GRAD_WEIGHT[name]
+    base = {"weight": weight, "shape": tuple(model.weights[weight].shape)}
+    if use_torch:
+        roots, grads = torch_grads64(name, model.weights, groups, d_roots, weight)
+        err = float(np.max(np.abs(roots - ref_roots)))
+        if not err <= 1e-9 * max(1.0, float(np.max(np.abs(ref_roots)))):
+            raise RuntimeError(f"bench --train: the float64 PyTorch reference of {name} disagrees with "
+                               f"models.reference64 by {err:.3g} (a harness bug)")
+        return {**base, "method": "float64 PyTorch autograd, eager per-node recursion", "index": None, "ref": grads}
+    index, values = difference_grads64(model, groups, d_roots, weight, reference64)
+    return {**base, "method": f"central differences of models.reference64 at {len(index)} sampled entries",
+            "index": index, "ref": values}
 
 
 def _torch_arrays(trees) -> dict:
@@ -129,7 +182,7 @@ def _fmt_ms(ms):
 
 
 def _meta(args, torch_python, probe, skipped):
-    return {
+    meta = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": args.threads,
         "python": platform.python_version(), "cortex_tvm": __version__, "tvm": tvm.__version__,
@@ -144,6 +197,17 @@ def _meta(args, torch_python, probe, skipped):
                  f"systems), every round",
         "args": {k: v for k, v in vars(args).items() if k != "run"},
     }
+    if getattr(args, "train", False):
+        meta.update(
+            mode="train",
+            metric="training step (forward + backward): forward on the batch, loss = sum(roots * R) for a fixed "
+                   "seeded R (B, H), backward to the gradients of every weight; mean over batches of the per-batch "
+                   "minimum over repeats (after a warm-up step per batch), best round; each system in its own "
+                   "process",
+            check=meta["check"] + f"; the gradient of {' / '.join(f'{v} ({k})' for k, v in GRAD_WEIGHT.items())} "
+                  f"of every batch vs a float64 reference: max|err| <= {GRAD_TOLERANCE} * max|ref| per batch",
+            flops=f"GFLOP/s count {TRAIN_FLOPS_FACTOR}x the forward's useful FLOPs per step")
+    return meta
 
 
 def bench(args) -> int:
@@ -152,22 +216,33 @@ def bench(args) -> int:
     systems = list(dict.fromkeys(args.systems))
     if getattr(args, "precision", "fp32") == "bf16":
         systems = [s for system in systems for s in (system, BF16_SYSTEMS.get(system)) if s]
+    train = bool(getattr(args, "train", False))
     env = thread_env(args.threads)
     started = time.time()
 
     torch_python, probe, torch_reason = (None, None, None)
     skipped = {}                                          # system -> reason
-    if any(s in TORCH_SYSTEMS for s in systems):
+    if train:
+        skipped.update({s: f"no training step in the bench (--train times {', '.join(TRAIN_SYSTEMS)})"
+                        for s in systems if s not in TRAIN_SYSTEMS})
+    if any(s in TORCH_SYSTEMS and s not in skipped for s in systems):
         torch_python, probe, torch_reason = find_torch_python(args.torch_python, args.threads)
         if torch_python is None:
-            skipped.update({s: f"not installed ({torch_reason})" for s in systems if s in TORCH_SYSTEMS})
-        elif "dgl" in systems and not probe.get("dgl"):
+            skipped.update({s: f"not installed ({torch_reason})" for s in systems
+                            if s in TORCH_SYSTEMS and s not in skipped})
+        elif "dgl" in systems and "dgl" not in skipped and not probe.get("dgl"):
             skipped["dgl"] = f"not installed ({probe.get('dgl_error', 'no dgl')})"
     meta = _meta(args, torch_python, probe, skipped)
     print(f"cortex-tvm bench: {args.threads} threads, {meta['cpu']}, loadavg {meta['loadavg_start'][0]:.2f}")
     print(f"  cortex_tvm {__version__}, tvm {meta['tvm']}, numpy {np.__version__}, "
           f"torch {meta['torch']}, dgl {meta['dgl']} ({torch_python or 'no torch python'})")
     print(f"  cortex_tvm compiled for mcpu={getattr(args, 'mcpu', None) or 'this CPU'}")
+    use_torch = train and orchestrator_has_torch()
+    if train:
+        meta["grad_reference"] = ("float64 PyTorch autograd, eager per-node recursion" if use_torch else
+                                  "central differences of models.reference64 at sampled entries (no torch here)")
+        print(f"  TRAINING STEPS (forward + backward to every weight's gradient); gradients checked against "
+              f"{meta['grad_reference']}")
     for system, reason in skipped.items():
         print(f"  {system}: skipped, {reason}")
 
@@ -180,20 +255,28 @@ def bench(args) -> int:
                 model = make_model(name, H, len(vocab))
                 for B in args.batch:
                     path = os.path.join(tmp, f"{name}-{H}-{B}.npz")
-                    flops, nodes, ref = write_case(path, model, name, trees, B, args.batches)
+                    flops, nodes, ref = write_case(path, model, name, trees, B, args.batches, train=train)
                     cases.append({"model": name, "hidden": H, "batch": B, "path": path,
                                   "flops": flops, "nodes": nodes, "ref": ref})
+                    if train:
+                        _, groups = case_groups(name, trees, B, args.batches)
+                        cases[-1]["grad_ref"] = reference_grads(model, name, groups, train_direction(
+                            B, model.hidden_size), ref, use_torch)
+                        cases[-1]["train_flops"] = TRAIN_FLOPS_FACTOR * flops
 
         def launch(system, case, rnd):
             if system in ("cortex_tvm", "cortex_tvm-bf16", "numpy", "sgemm"):
                 cmd = [sys.executable, "-m", "cortex_tvm.bench.worker", system]
             else:
                 cmd = [torch_python, TORCH_WORKER, system]
-            roots = os.path.join(tmp, "roots.npy")
-            if os.path.exists(roots):          # a failed run's: never read as the next one's
-                os.remove(roots)
+            roots, grads = os.path.join(tmp, "roots.npy"), os.path.join(tmp, "grads.npy")
+            for stale in (roots, grads):       # a failed run's: never read as the next one's
+                if os.path.exists(stale):
+                    os.remove(stale)
             if case is not None:
                 cmd += [case["path"], "--roots", roots]
+                if train:
+                    cmd += ["--train", "--grads", grads]
             cmd += ["--repeats", str(args.repeats), "--threads", str(args.threads)]
             if system.startswith("cortex_tvm") and getattr(args, "mcpu", None):
                 cmd += ["--mcpu", args.mcpu]
@@ -216,7 +299,14 @@ def bench(args) -> int:
             else:
                 row.update(check_roots(_load_roots(roots), case["ref"], tolerance_of(system)))
                 wrong = f"  WRONG in batches {row['wrong_batches']}" if row["wrong_batches"] else ""
-                what = f"{row['ms']:.3f} ms  (max|err| {row['max_abs_err']:.1e}){wrong}"
+                if train:
+                    row.update(check_grads(_load_roots(grads), case["grad_ref"]))
+                    if row["grad_wrong_batches"]:
+                        wrong += f"  GRADIENT WRONG in batches {row['grad_wrong_batches']}"
+                    what = (f"{row['ms']:.3f} ms/step  (max|err| {row['max_abs_err']:.1e}, "
+                            f"d{row['grad_weight']} rel err {row['grad_max_rel_err']:.1e}){wrong}")
+                else:
+                    what = f"{row['ms']:.3f} ms  (max|err| {row['max_abs_err']:.1e}){wrong}"
             print(f"  round {rnd + 1} {system:12s} {where} {what}", flush=True)
             runs.append(row)
 
@@ -239,13 +329,14 @@ def bench(args) -> int:
     print_tables(rows, cases, systems, sgemm_gflops, args)
     with open(out_path, "w") as f:
         json.dump({"meta": meta, "sgemm": [r for r in runs if r["system"] == "sgemm" and "error" not in r],
-                   "cases": [{k: v for k, v in c.items() if k not in ("path", "ref")} for c in cases],
+                   "cases": [_case_record(c) for c in cases],
                    "rows": rows, "runs": runs}, f, indent=1)
     print(f"\nwrote {out_path} (loadavg {meta['loadavg_start'][0]:.2f} -> {meta['loadavg_end'][0]:.2f}, "
           f"{meta['elapsed_s']:.0f} s)")
     status = 0
+    grads = f"; gradients {GRAD_TOLERANCE} * max|ref grad| per batch" if train else ""
     for title, lines in ((f"results differ from the float64 reference by more than their tolerance "
-                          f"({TOLERANCE} * max(1, max|ref|) per batch):", wrong),
+                          f"({TOLERANCE} * max(1, max|ref|) per batch{grads}):", wrong),
                          ("workers failed:", failures)):
         if lines:
             print(f"\nERROR: {title}", file=sys.stderr)
@@ -253,6 +344,17 @@ def bench(args) -> int:
                 print("  " + line, file=sys.stderr)
             status = 1
     return status
+
+
+def _case_record(case):
+    """A case for the JSON: no paths or arrays; with --train, how its gradients were checked."""
+    out = {k: v for k, v in case.items() if k not in ("path", "ref", "grad_ref")}
+    if "grad_ref" in case:
+        g = case["grad_ref"]
+        out["grad_check"] = {"weight": g["weight"], "method": g["method"], "tolerance": GRAD_TOLERANCE,
+                             "entries": None if g["index"] is None else np.asarray(g["index"]).tolist(),
+                             "ref_max_abs": [float(np.max(np.abs(r))) for r in g["ref"]]}
+    return out
 
 
 def _load_roots(path):
@@ -286,17 +388,25 @@ def summarize(cases, runs, systems, skipped):
             b = best[system] = min(got, key=lambda r: r["ms"])
             for r in got:
                 wrong.extend(wrong_lines(system, where, r, r["round"]))
+                wrong.extend(grad_wrong_lines(system, where, r, r["round"]))
                 if not math.isfinite(r["ms"]):
                     wrong.append(f"{system} {where}: non-finite time {r['ms']}")
             row = {k: v for k, v in b.items() if k not in ("round", "wall_s")}
-            # GFLOP/s count the work each system does at run time (hoisted leaves are not)
-            flops = b.get("runtime_flops", case["flops"])
+            # GFLOP/s count the work each system does at run time (hoisted leaves are not); a
+            # training step: TRAIN_FLOPS_FACTOR x the forward's useful FLOPs, the same for everyone
+            flops = case["train_flops"] if "train_flops" in case else b.get("runtime_flops", case["flops"])
             # errors: the worst of every round, batch by batch
             row.update(best_round=b["round"], rounds_ms=[r["ms"] for r in got],
                        max_abs_err=max(r["max_abs_err"] for r in got),
                        batch_abs_err=[max(errs) for errs in zip(*(r["batch_abs_err"] for r in got))],
                        wrong_batches=sorted({k for r in got for k in r["wrong_batches"]}),
                        mean_nodes=case["nodes"], mflop=flops / 1e6, gflops=flops / (b["ms"] * 1e-3) / 1e9)
+            if all("grad_batch_abs_err" in r for r in got):      # --train: the gradient, every round
+                row.update(grad_max_abs_err=max(r["grad_max_abs_err"] for r in got),
+                           grad_max_rel_err=max(r["grad_max_rel_err"] for r in got),
+                           grad_batch_abs_err=[max(e) for e in zip(*(r["grad_batch_abs_err"] for r in got))],
+                           grad_batch_rel_err=[max(e) for e in zip(*(r["grad_batch_rel_err"] for r in got))],
+                           grad_wrong_batches=sorted({k for r in got for k in r["grad_wrong_batches"]}))
             rows.append(row)
         ours, ours_bf16 = best.get("cortex_tvm"), best.get("cortex_tvm-bf16")
         for row in rows[-len(systems):]:
@@ -304,7 +414,7 @@ def summarize(cases, runs, systems, skipped):
                 row["ratio"] = row["ms"] / ours["ms"]
             if ours_bf16 is not None and "ms" in row:
                 row["ratio_bf16"] = row["ms"] / ours_bf16["ms"]
-        if ours is not None and sgemm_gflops:
+        if ours is not None and sgemm_gflops and "train_flops" not in case:
             flops = ours.get("runtime_flops", case["flops"])
             case["cortex_tvm_runtime_mflop"] = flops / 1e6
             case["cortex_tvm_pct_of_sgemm"] = 100 * (flops / (ours["ms"] * 1e-3) / 1e9) / sgemm_gflops
@@ -312,18 +422,25 @@ def summarize(cases, runs, systems, skipped):
 
 
 def print_tables(rows, cases, systems, sgemm_gflops, args):
+    train = bool(getattr(args, "train", False))
     sg = f"{sgemm_gflops:.1f} GFLOP/s" if sgemm_gflops else "failed"
     print(f"\nsgemm (numpy float32 1024^3, {args.threads} threads): {sg}")
+    if train:
+        print(f"TRAINING STEPS: ms = one training step per batch (forward, loss = sum(roots * R), backward to the "
+              f"gradients of every weight); GFLOP/s count {TRAIN_FLOPS_FACTOR}x the forward's useful FLOPs")
     print(f"metric: mean over {args.batches} batches of the best of {args.repeats} runs, "
           f"best of {args.rounds} round(s); ratio = system / cortex_tvm (x slower than ours)"
           + ("; vs bf16 = system / cortex_tvm-bf16" if "cortex_tvm-bf16" in systems else ""))
     for case in cases:
         key = (case["model"], case["hidden"], case["batch"])
+        what = (f"training step (forward + backward), {case['flops'] / 1e6:.1f} MFLOP forward per batch"
+                if train else f"{case['flops'] / 1e6:.1f} MFLOP per batch")
         print(f"\n{MODEL_CLASSES[key[0]]} H={hidden_for(key[0], key[1])} batch={key[2]}: {case['nodes']:.0f} nodes, "
-              f"{case['flops'] / 1e6:.1f} MFLOP per batch")
+              + what)
         bf16 = "cortex_tvm-bf16" in systems
-        print(f"  {'system':17s} {'ms':>9s} {'ratio':>7s}" + (f" {'vs bf16':>7s}" if bf16 else "")
-              + f" {'GFLOP/s':>8s} {'max|err|':>10s}")
+        print(f"  {'system':17s} {'ms/step' if train else 'ms':>9s} {'ratio':>7s}" + (f" {'vs bf16':>7s}" if bf16 else "")
+              + f" {'GFLOP/s':>8s} {'max|err|':>10s}"
+              + (f" {'d' + GRAD_WEIGHT.get(key[0], '?') + ' rel err':>12s}" if train else ""))
         for row in rows:
             if (row["model"], row["hidden"], row["batch"]) != key:
                 continue
@@ -334,8 +451,13 @@ def print_tables(rows, cases, systems, sgemm_gflops, args):
             if bf16:
                 ratio += f" {row['ratio_bf16']:7.2f}" if "ratio_bf16" in row else f" {'-':>7s}"
             flag = f"  <-- WRONG in batches {row['wrong_batches']}" if row["wrong_batches"] else ""
+            grad = ""
+            if train:
+                grad = f" {row['grad_max_rel_err']:12.1e}" if "grad_max_rel_err" in row else f" {'-':>12s}"
+                if row.get("grad_wrong_batches"):
+                    flag += f"  <-- GRADIENT WRONG in batches {row['grad_wrong_batches']}"
             print(f"  {row['system']:17s} {_fmt_ms(row['ms'])} {ratio} {row['gflops']:8.1f} "
-                  f"{row['max_abs_err']:10.1e}{flag}")
+                  f"{row['max_abs_err']:10.1e}{grad}{flag}")
         if "cortex_tvm_pct_of_sgemm" in case:
             print(f"  cortex_tvm run-time work ({case['cortex_tvm_runtime_mflop']:.1f} MFLOP, hoisted leaves "
                   f"not counted) / sgemm: {case['cortex_tvm_pct_of_sgemm']:.0f} %")
@@ -349,3 +471,15 @@ def print_tables(rows, cases, systems, sgemm_gflops, args):
             verdict = f"WRONG ({bad} batch(es))" if bad else "ok"
             print(f"  {system:17s} {worst:.1e}  {verdict}  ({len(checked)} case(s), tolerance "
                   f"{tolerance_of(system)} * max(1, max|ref|))")
+    if not train:
+        return
+    print(f"\ngradients (of {', '.join(f'{w} ({MODEL_CLASSES[m]})' for m, w in GRAD_WEIGHT.items())}) vs the "
+          f"float64 reference, every batch of every round, max|err| / max|ref| "
+          f"(tolerance {GRAD_TOLERANCE}):")
+    for system in systems:
+        checked = [r for r in rows if r["system"] == system and "grad_max_rel_err" in r]
+        if checked:
+            worst = max(r["grad_max_rel_err"] for r in checked)
+            bad = sum(len(r["grad_wrong_batches"]) for r in checked)
+            verdict = f"WRONG ({bad} batch(es))" if bad else "ok"
+            print(f"  {system:17s} {worst:.1e}  {verdict}  ({len(checked)} case(s))")

@@ -5,6 +5,7 @@ cortex_tvm, so it runs under any Python that has torch:
 
     python torch_worker.py --probe
     python torch_worker.py SYSTEM DATA.npz --roots ROOTS.npy --repeats 10 --threads 2
+    python torch_worker.py SYSTEM DATA.npz --roots ROOTS.npy --train --grads GRADS.npy ...
 
 SYSTEM is one of
   torch-eager   recursion per node, one small op chain per node (like the
@@ -22,6 +23,14 @@ own nodes, -1 at leaves; word -1 at internal nodes) split by tree_offsets.
 Writes the root h of every batch, (batches, B, H) float32 from the warm-up
 pass, to ROOTS.npy for the orchestrator to check against its float64
 reference, and prints one JSON line.
+
+--train (torch-eager, torch-levels, dgl): one training step per batch is timed instead: the
+same forward functions with the weights as tensors that require grad; per batch the grads are
+set to None, out = fn(batch), (out * R).sum().backward() (R: the npz's d_roots, (B, H)), which
+fills every weight's .grad.  torch-levels writes its level states in place into preallocated
+tensors; autograd records those writes (CopySlices) and index_select saves only its indices,
+so the same function trains.  Also writes the gradient of the npz's grad_weight of every batch,
+(batches, *shape), to GRADS.npy.
 """
 import argparse
 import gc
@@ -258,6 +267,33 @@ def best_time(fn, arg, repeats):
     return best
 
 
+def train(system, model, H, weights, batches, direction, weight, repeats):
+    """(roots, gradients of `weight`, per-batch best step times) of one training step per batch."""
+    import torch
+
+    w = {k: torch.from_numpy(np.array(v, np.float32)).requires_grad_() for k, v in weights.items()}
+    fn = make_system(system, model, H, w)
+    params = list(w.values())
+    direction = torch.from_numpy(np.array(direction, np.float32))
+
+    def step(batch):
+        for p in params:
+            p.grad = None
+        out = fn(batch)
+        (out * direction).sum().backward()
+        return out
+
+    roots, grads = [], []
+    for batch in batches:                 # the warm-up: every batch once, its results checked
+        roots.append(step(batch).detach().numpy().copy())
+        missing = [k for k, p in w.items() if p.grad is None]
+        if missing:
+            raise RuntimeError("%s: no gradient for %s" % (system, missing))
+        grads.append(w[weight].grad.numpy().copy())
+    times = [best_time(step, batch, repeats) for batch in batches]
+    return np.stack(roots), np.stack(grads), times
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("system", nargs="?", choices=["torch-eager", "torch-levels", "dgl", "torch-levels-bf16"])
@@ -265,6 +301,8 @@ def main(argv=None):
     ap.add_argument("--roots", help="where to write every batch's root h (.npy)")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--train", action="store_true", help="time a training step (forward + backward) per batch")
+    ap.add_argument("--grads", help="--train: where to write every batch's gradient of the npz's grad_weight (.npy)")
     ap.add_argument("--probe", action="store_true", help="print torch/dgl versions as JSON and exit")
     args = ap.parse_args(argv)
     if args.probe:
@@ -276,6 +314,22 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     model, H, weights, batches = load(args.data)
+    if args.train:
+        if args.system.endswith("-bf16") or not args.grads:
+            ap.error("--train needs --grads and an fp32 system")
+        d = np.load(args.data)
+        weight = str(d["grad_weight"])
+        roots, grads, times = train(args.system, model, H, weights, batches, d["d_roots"], weight, args.repeats)
+        np.save(args.roots, roots)
+        np.save(args.grads, grads)
+        result = {"system": args.system, "ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times],
+                  "mode": "train", "grad_weight": weight, "threads": torch.get_num_threads(),
+                  "torch": torch.__version__, "numpy": np.__version__}
+        if args.system == "dgl":
+            import dgl
+            result["dgl"] = dgl.__version__
+        print(json.dumps(result), flush=True)
+        return 0
     with torch.inference_mode():
         w = {k: torch.from_numpy(v) for k, v in weights.items()}
         if args.system.endswith("-bf16"):      # PyTorch's own bf16 path: oneDNN under CPU autocast

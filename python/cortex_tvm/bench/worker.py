@@ -3,12 +3,18 @@
     python -m cortex_tvm.bench.worker cortex_tvm DATA.npz --roots ROOTS.npy --repeats 10 --threads 2
     python -m cortex_tvm.bench.worker numpy DATA.npz --roots ROOTS.npy --repeats 10 --threads 2
     python -m cortex_tvm.bench.worker sgemm --repeats 10 --threads 2
+    python -m cortex_tvm.bench.worker cortex_tvm DATA.npz --roots ROOTS.npy --train --grads GRADS.npy ...
 
 DATA.npz is written by the orchestrator (`cortex_tvm.bench.run`): the model's
 weights and the SST tree indices of every batch.  The worker writes the roots
 of every batch, (batches, B, *state), to ROOTS.npy for the orchestrator to
 check (`check.py`).  The thread variables must be set by the parent (they are
 read when the runtimes start); the worker only checks them.
+
+--train (cortex_tvm only): one training step per batch is timed instead, compile(training=True)
+then ``out, vjp = compiled.vjp(trees); grads = vjp(R)`` (R: the npz's d_roots, every weight's
+gradient of sum(roots * R)); the worker also writes the gradient of the npz's grad_weight for
+every batch, (batches, *shape), to GRADS.npy.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import numpy as np
 
 from .. import data
 from .cases import make_model, structures
-from .common import THREAD_VARS, per_batch_best
+from .common import THREAD_VARS, best_time, per_batch_best
 
 
 def load_case(path):
@@ -61,6 +67,36 @@ def run_model(system, path, repeats, roots_path, mcpu=None):
     return {"ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times], **extra}
 
 
+def run_train(system, path, repeats, roots_path, grads_path, mcpu=None):
+    """One training step per batch: the forward (compiled kernel), the backward to every weight."""
+    if system != "cortex_tvm":
+        raise ValueError(f"--train: no training step for {system!r} in this worker")
+    model, batches, case = load_case(path)
+    direction = np.array(case["d_roots"], np.float32)
+    weight = str(case["grad_weight"])
+    start = time.perf_counter()
+    compiled = model.compile(target={"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm", training=True)
+    extra = {"compile_s": round(time.perf_counter() - start, 3), "recipe": getattr(compiled, "recipe_name", None),
+             "target": str(compiled.target)}
+
+    def step(trees):
+        out, vjp = compiled.vjp(trees)
+        return out, vjp(direction)
+
+    roots, grads = [], []
+    for batch in batches:                 # the warm-up: every batch once, its results checked
+        out, g = step(batch)
+        if sorted(g) != sorted(model.weights):
+            raise RuntimeError(f"vjp gave gradients of {sorted(g)}, not of every weight {sorted(model.weights)}")
+        roots.append(np.array(out, copy=True))
+        grads.append(np.array(g[weight], copy=True))
+    times = [best_time(step, batch, repeats) for batch in batches]
+    np.save(roots_path, np.stack(roots))
+    np.save(grads_path, np.stack(grads))
+    return {"ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times], "mode": "train",
+            "grad_weight": weight, **extra}
+
+
 def run_sgemm(repeats, n=1024):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
@@ -82,6 +118,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--mcpu", default=None, help="cortex_tvm: the LLVM CPU to compile for")
+    parser.add_argument("--train", action="store_true",
+                        help="cortex_tvm: time a training step (forward + backward) per batch")
+    parser.add_argument("--grads", help="--train: where to write every batch's gradient of the npz's grad_weight")
     args = parser.parse_args(argv)
     wrong = {v: os.environ.get(v) for v in THREAD_VARS if os.environ.get(v) != str(args.threads)}
     if wrong:
@@ -92,7 +131,12 @@ def main(argv=None) -> int:
     else:
         if not args.data or not args.roots:
             parser.error(f"{args.system} needs the data .npz and --roots")
-        result = run_model(args.system, args.data, args.repeats, args.roots, args.mcpu)
+        if args.train:
+            if not args.grads:
+                parser.error("--train needs --grads")
+            result = run_train(args.system, args.data, args.repeats, args.roots, args.grads, args.mcpu)
+        else:
+            result = run_model(args.system, args.data, args.repeats, args.roots, args.mcpu)
     result.update(system=args.system, threads=args.threads, numpy=np.__version__)
     print(json.dumps(result), flush=True)
     return 0

@@ -1,0 +1,170 @@
+"""`cortex-tvm bench --train`: a training step (forward + backward) per batch, gradients checked.
+
+* end to end on a tiny case (the real CLI in a subprocess): the JSON has the training rows,
+  and every system's roots and gradient passed the float64 check;
+* the gradient check at the unit level: exact gradients pass, a perturbed batch, a missing,
+  misshapen or non-finite gradient is wrong, and `summarize` turns a wrong gradient into a
+  failure line naming the system, weight and batch;
+* the two references agree: float64 PyTorch autograd (`torch_grads64`) against central
+  differences of `models.reference64` (`difference_grads64`, the no-torch fallback), and the
+  fallback accepts cortex_tvm's gradients and refuses them 1 % off.
+"""
+import argparse
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm.bench import add_parser, run
+from cortex_tvm.bench.cases import make_model
+from cortex_tvm.bench.check import (GRAD_TOLERANCE, check_grads, difference_grads64, grad_wrong_lines,
+                                    torch_grads64)
+from cortex_tvm.models import reference64
+
+has_torch = importlib.util.find_spec("torch") is not None
+
+
+def _grad_ref(batches=3, shape=(10, 4), seed=0):
+    ref = np.random.default_rng(seed).standard_normal((batches,) + shape)
+    return {"weight": "U", "shape": shape, "index": None, "ref": ref, "method": "test"}
+
+
+def test_exact_gradients_pass_and_a_wrong_batch_is_caught():
+    g = _grad_ref()
+    ok = check_grads(g["ref"].astype(np.float32), g)
+    assert ok["grad_wrong_batches"] == [] and ok["grad_max_rel_err"] < 1e-6 and len(ok["grad_batch_tol"]) == 3
+    wrong = g["ref"].astype(np.float32)
+    scale = np.abs(g["ref"][1]).max()
+    wrong[1, 2, 3] += 5 * GRAD_TOLERANCE * scale           # a gradient off by 0.5 % of its largest entry
+    got = check_grads(wrong, g)
+    assert got["grad_wrong_batches"] == [1]
+    assert got["grad_batch_rel_err"][1] == pytest.approx(5 * GRAD_TOLERANCE, rel=1e-3)
+    line, = grad_wrong_lines("torch-levels", "treelstm H=4 B=2", got, 0)
+    assert line.startswith("torch-levels treelstm H=4 B=2 batch 1 (round 1): gradient of U max|err| ")
+    transposed = check_grads(np.swapaxes(g["ref"], 1, 2).reshape(g["ref"].shape), g)   # a plausible bug
+    assert transposed["grad_wrong_batches"] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("bad", ["nan", "shape", "missing"])
+def test_non_finite_misshapen_or_missing_gradients_are_wrong(bad):
+    g = _grad_ref()
+    out = g["ref"].copy()
+    out[2, 0, 0] = np.nan
+    got = check_grads({"shape": out[:, :5], "missing": None}.get(bad, out), g)
+    assert got["grad_max_abs_err"] == math.inf
+    assert got["grad_wrong_batches"] == ([2] if bad == "nan" else [0, 1, 2])
+
+
+def test_sampled_reference_compares_only_its_entries():
+    g = _grad_ref()
+    index = np.array([[0, 0], [3, 2], [9, 3]])
+    sampled = {**g, "index": index, "ref": g["ref"][(slice(None),) + tuple(index.T)]}
+    out = g["ref"].copy()
+    out[:, 5, 1] += 100.0                          # not a sampled entry
+    assert check_grads(out, sampled)["grad_wrong_batches"] == []
+    out[0, 3, 2] += 1.0                            # a sampled one
+    assert check_grads(out, sampled)["grad_wrong_batches"] == [0]
+
+
+def test_summary_fails_on_a_wrong_gradient():
+    """A right root with a wrong gradient is a failure line, and the row is marked."""
+    ref_roots = np.tanh(np.random.default_rng(1).standard_normal((3, 2, 4)))
+    g = _grad_ref()
+    case = {"model": "treelstm", "hidden": 4, "batch": 2, "flops": 1e6, "nodes": 10.0, "train_flops": 3e6}
+
+    def one(system, grads, ms):
+        return {"system": system, "round": 0, "model": "treelstm", "hidden": 4, "batch": 2, "ms": ms,
+                "per_batch_ms": [ms] * 3, "mode": "train", **run.check_roots(ref_roots, ref_roots),
+                **check_grads(grads, g)}
+    bad = g["ref"].copy()
+    bad[2] *= 1.1
+    rows, lines, _ = run.summarize([case], [one("cortex_tvm", g["ref"], 1.0), one("torch-levels", bad, 2.0)],
+                                   ["cortex_tvm", "torch-levels"], {})
+    by = {r["system"]: r for r in rows}
+    assert by["cortex_tvm"]["grad_wrong_batches"] == [] and by["torch-levels"]["grad_wrong_batches"] == [2]
+    assert by["torch-levels"]["wrong_batches"] == []           # its roots are right
+    assert by["torch-levels"]["ratio"] == pytest.approx(2.0) and by["cortex_tvm"]["gflops"] == pytest.approx(3.0)
+    assert len(lines) == 1 and lines[0].startswith("torch-levels treelstm H=4 B=2 batch 2 (round 1): gradient of U")
+
+
+@pytest.mark.skipif(not has_torch, reason="no torch in this Python")
+@pytest.mark.parametrize("name, weight", [("treelstm", "U"), ("treefc", "W")])
+def test_torch_reference_against_central_differences(name, weight):
+    trees, vocab = ct.data.sst_sample()
+    model = make_model(name, 8, len(vocab))
+    groups = [trees[0:2], trees[40:42]]
+    direction = run.train_direction(2, 8)
+    roots, grads = torch_grads64(name, model.weights, groups, direction, weight)
+    assert np.abs(roots - np.stack([reference64(model, g) for g in groups])).max() < 1e-12
+    index, values = difference_grads64(model, groups, direction, weight, reference64, entries=6)
+    assert grads.shape == (2,) + model.weights[weight].shape
+    np.testing.assert_allclose(grads[(slice(None),) + tuple(index.T)], values, rtol=1e-6, atol=1e-8)
+    assert np.abs(values).max() > 1e-3                    # the sampled entries matter
+
+
+def _bench_args(argv):
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["bench", *argv])
+
+
+def test_train_refuses_models_without_a_baseline_and_bf16():
+    with pytest.raises(SystemExit, match="treelstm, treefc only"):
+        run.bench(_bench_args(["--train", "--models", "treegru", "--systems", "cortex_tvm"]))
+    with pytest.raises(SystemExit, match="float32"):
+        run.bench(_bench_args(["--train", "--precision", "bf16", "--systems", "cortex_tvm"]))
+
+
+def test_train_end_to_end(tmp_path):
+    out = tmp_path / "train.json"
+    cmd = [sys.executable, "-m", "cortex_tvm.cli", "bench", "--train", "--models", "treelstm", "--hidden", "16",
+           "--batch", "2", "--batches", "2", "--repeats", "1", "--rounds", "1", "--threads", "2",
+           "--systems", "cortex_tvm", "torch-levels", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)   # a hang guard only
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["meta"]["mode"] == "train" and "forward + backward" in result["meta"]["metric"]
+    rows = {r["system"]: r for r in result["rows"]}
+    assert set(rows) == {"cortex_tvm", "torch-levels"}
+    systems = ["cortex_tvm"] + (["torch-levels"] if "skipped" not in rows["torch-levels"] else [])
+    for system in systems:
+        row = rows[system]
+        assert row["mode"] == "train" and row["grad_weight"] == "U"
+        assert math.isfinite(row["ms"]) and row["ms"] > 0 and len(row["per_batch_ms"]) == 2
+        assert row["wrong_batches"] == [] and row["max_abs_err"] < 1e-5
+        assert row["grad_wrong_batches"] == [] and len(row["grad_batch_abs_err"]) == 2
+        assert row["grad_max_rel_err"] < 1e-4
+    assert rows["cortex_tvm"]["ratio"] == pytest.approx(1.0)
+    if "torch-levels" in systems:
+        assert rows["torch-levels"]["ratio"] == pytest.approx(rows["torch-levels"]["ms"] / rows["cortex_tvm"]["ms"])
+    else:
+        assert "not installed" in rows["torch-levels"]["skipped"]
+    case, = result["cases"]
+    assert case["grad_check"]["weight"] == "U" and len(case["grad_check"]["ref_max_abs"]) == 2
+    for needle in ("TRAINING STEPS", "ms/step", "dU rel err", "training step (forward + backward)"):
+        assert needle in proc.stdout
+
+
+def test_fallback_reference_checks_cortex_tvm_gradients():
+    """An orchestrator without torch checks against central differences of reference64 at sampled
+    entries: cortex_tvm's vjp passes, the same gradient scaled by 1.01 does not."""
+    trees, vocab = ct.data.sst_sample()
+    model = make_model("treefc", 8, len(vocab))
+    _, groups = run.case_groups("treefc", trees, 2, 2)
+    direction = run.train_direction(2, 8)
+    ref = np.stack([reference64(model, g) for g in groups])
+    grad_ref = run.reference_grads(model, "treefc", groups, direction, ref, use_torch=False)
+    assert "central differences" in grad_ref["method"] and grad_ref["ref"].shape == (2, 8)
+    compiled = model.compile(training=True)
+    grads = []
+    for group in groups:
+        out, vjp = compiled.vjp(group)
+        grads.append(vjp(direction)["W"])
+    got = check_grads(np.stack(grads), grad_ref)
+    assert got["grad_wrong_batches"] == [] and got["grad_max_rel_err"] < 1e-4
+    assert check_grads(np.stack(grads) * 1.01, grad_ref)["grad_wrong_batches"] == [0, 1]
