@@ -11,7 +11,9 @@ The work is split in two so that the per-batch cost stays tiny:
 (a) ``flatten.flat_for`` turns one tree into post-order numpy arrays, cached
     on the root node (a DAG's shared nodes get one column each).
 (b) ``linearize`` concatenates those arrays for the batch and does the level
-    sort, padding and renumbering with vectorized numpy only.
+    sort, padding and renumbering with vectorized numpy only
+    (``lay_out_levels``, which ``linearize_arrays.linearize_parents`` shares:
+    a forest given as parent arrays, laid out without any Node).
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from .unrolled_levels import check_unrolled_children, levels_per_step, unrolled_
 __all__ = ["NULL_SLOT", "Linearized", "linearize", "check_bounds"]
 
 NULL_SLOT = 0  # slot 0 is a "null node": its state stays zero.
+#: the end of the error for a word on an inner node (both linearizers)
+INNER_WORDS = ("but this model reads words only at leaves (ChildSumTreeLSTM, TreeLSTM(inner_words=True), "
+               "the sequence models and DAGRNN read words on inner nodes)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,11 +88,19 @@ def _sentinel_column(width: int) -> np.ndarray:
     return column
 
 
-def _check_args(trees, max_children, pad, vocab_size) -> None:
+def _check_args(trees, max_children, pad, vocab_size, no_word) -> None:
     if not isinstance(trees, (list, tuple)):
         raise TypeError(f"trees must be a list or tuple of Nodes, got {type(trees).__name__}")
     if len(trees) == 0:
         raise ValueError("empty batch: linearize needs at least one tree")
+    check_sizes(max_children, pad, vocab_size, no_word)
+
+
+def check_sizes(max_children, pad, vocab_size, no_word=None) -> None:
+    """TypeError/ValueError unless max_children and pad (and vocab_size, unless None) are ints >= 1
+    and no_word is None or an int in [0, 2**31)."""
+    if no_word is not None and (not _is_int(no_word) or no_word < 0 or no_word >= 1 << 31):
+        raise ValueError(f"no_word must be None or an int in [0, 2**31), got {no_word!r}")
     for name, value in (("max_children", max_children), ("pad", pad), ("vocab_size", vocab_size)):
         if value is None and name == "vocab_size":
             continue
@@ -135,11 +148,9 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
     (``unrolled_levels``): levels are (step, chunk, phase) triples, every
     internal node in the step and chunk of its group; a DAG raises ValueError.
     """
-    _check_args(trees, max_children, pad, vocab_size)
+    _check_args(trees, max_children, pad, vocab_size, no_word)
     if unroll is not None and (len(unroll) != 2 or not all(_is_int(v) and v >= 1 for v in unroll)):
         raise ValueError(f"unroll must be (depth, chunks), two positive ints, got {unroll!r}")
-    if no_word is not None and (not _is_int(no_word) or no_word < 0 or no_word >= 1 << 31):
-        raise ValueError(f"no_word must be None or an int in [0, 2**31), got {no_word!r}")
     epoch = current_epoch()
     heights, tables, tree_sizes, root_index, flats = [], [], [], [], []
     num_nodes = 0
@@ -154,9 +165,7 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
             raise ValueError(f"tree {i}: word id {flat.max_word} is outside the vocabulary "
                              f"(vocab_size={vocab_size})")
         if flat.inner_words and no_word is None:
-            raise ValueError(f"tree {i}: a node has both a word and children, but this model reads "
-                             "words only at leaves (ChildSumTreeLSTM, TreeLSTM(inner_words=True), "
-                             "the sequence models and DAGRNN read words on inner nodes)")
+            raise ValueError(f"tree {i}: a node has both a word and children, {INNER_WORDS}")
         heights.append(flat.heights)
         tables.append(flat.table)
         flats.append(flat)
@@ -173,7 +182,23 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
     elif not batching:
         heights = _one_node_per_level(heights)
     table = np.concatenate(tables, axis=1)
+    return lay_out_levels(heights, table, np.array(root_index), tree_sizes, max_children, pad, no_word,
+                          num_levels)
 
+
+def lay_out_levels(heights, table, root_index, tree_sizes, max_children: int, pad: int, no_word,
+                   num_levels: int = 0, node_order=None) -> Linearized:
+    """The layout shared by `linearize` and `linearize_arrays.linearize_parents`: level sizes,
+    padding, slot order, the children table and the words, from the batch's nodes in *node
+    order* (trees in batch order, each in post-order).
+
+    ``heights``: each node's level; ``table``: int32 (2 + max_children, nodes + 1) as in
+    ``flatten`` (word row with NO_WORD, child count, children relative to the parent or
+    NO_CHILD) with the sentinel column last; ``root_index``: each tree's root in node order.
+    Within a level, slots follow node order.  ``node_order``: the node-order position of every
+    node in the caller's own order, which ``node_slots`` then follows (default: node order).
+    """
+    num_nodes = len(heights)
     # Level sizes, padded, give each level's slot range.
     level_counts = np.bincount(heights, minlength=num_levels)
     padded_counts = level_counts if pad == 1 else -(-level_counts // pad) * pad
@@ -222,7 +247,7 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
         num_children=by_slot[1],
         words=words,
         roots=slot_of_node[root_index],
-        node_slots=slot_of_node[:num_nodes],
+        node_slots=slot_of_node[:num_nodes] if node_order is None else slot_of_node.take(node_order),
         tree_sizes=np.array(tree_sizes, dtype=np.int32),
     )
 

@@ -159,6 +159,12 @@ class CompiledModel:
         return self.signature.layout(trees, self.plan.node_tile, self.plan.dynamic_batching, self._vocab_bound,
                                      self.plan.unroll)
 
+    def linearize_parents(self, parents, words) -> _linearize.Linearized:
+        """`linearize` for a forest given as arrays: node i's parent (-1 at a root) and word (-1:
+        none); node_slots in node order (`linearize_arrays.linearize_parents`)."""
+        return self.signature.layout_parents(parents, words, self.plan.node_tile, self.plan.dynamic_batching,
+                                             self._vocab_bound, self.plan.unroll)
+
     def _state_buffers(self, num_slots):
         ws = self._workspace
         if ws.states is None or ws.states[0].shape[0] < num_slots:
@@ -262,15 +268,20 @@ class CompiledModel:
         device.sync()
         return self._visible(out.numpy()), [s.numpy() for s in states]
 
-    def __call__(self, trees, all_nodes: bool = False):
+    def __call__(self, trees=None, all_nodes: bool = False, *, parents=None, words=None):
         """Root state of each tree, (B, *state shape); with all_nodes=True, a list with each
-        tree's per-node states in `cortex_tvm.data.postorder` order."""
-        lin = self.linearize(trees)
+        tree's per-node states in `cortex_tvm.data.postorder` order.  Or a forest as arrays,
+        parents= (node i's parent, -1 at a root) and words= (-1: none), no Nodes built: the
+        roots in the order they appear; all_nodes=True gives one (n, *shape) array, node order."""
+        if (trees is None) == (parents is None) or (words is not None and parents is None):
+            raise ValueError("call with trees (a list of Nodes) or with parents= and words= (arrays), "
+                             "exactly one of the two")
+        lin = self.linearize(trees) if parents is None else self.linearize_parents(parents, words)
         out, states = self.run(lin, check=self.bounds_check)      # linearize's arrays are valid
         if not all_nodes:
             return out
         rows = self._visible(states[0][lin.node_slots])
-        return np.split(rows, np.cumsum(lin.tree_sizes)[:-1])
+        return rows if parents is not None else np.split(rows, np.cumsum(lin.tree_sizes)[:-1])
 
     # -- training ------------------------------------------------------------------------
     def load_weights(self, weights) -> "CompiledModel":

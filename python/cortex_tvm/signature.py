@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import linearize as _linearize
+from .linearize_arrays import linearize_parents
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,17 @@ class KernelSignature:
         return _linearize.linearize(trees, self.max_children, pad=node_tile, vocab_size=vocab_bound,
                                     batching=batching, allow_shared=self.kind == "dag", no_word=self.no_word,
                                     unroll=unroll)
+
+    def layout_parents(self, parents, words, node_tile: int, batching: bool, vocab_bound,
+                       unroll=None) -> _linearize.Linearized:
+        """`layout` for a forest given as arrays (`linearize_arrays.linearize_parents`: node i's
+        parent, -1 at a root; node_slots in node order).  ValueError for a DAG kernel."""
+        if self.kind == "dag":
+            raise ValueError("parents=: a parent array describes a forest (one parent per node), but this "
+                             "model computes DAGs (a node shared by several parents); pass its Nodes, e.g. "
+                             "from ct.data.from_edges")
+        return linearize_parents(parents, words, self.max_children, pad=node_tile, vocab_size=vocab_bound,
+                                 batching=batching, no_word=self.no_word, unroll=unroll)
 
     def structure_args(self, lin: _linearize.Linearized, put=lambda a: a) -> list:
         """The leading arguments (node inputs .. max_level_size) for a linearized batch, each
