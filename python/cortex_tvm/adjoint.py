@@ -29,6 +29,7 @@ import numpy as np
 
 from . import lower as _lower
 from . import ra
+from .linearize import NULL_SLOT
 from .blas_threads import single_threaded_blas
 from .named_axes import contract, elementwise, expand, reduce_to, times_missing
 from .stage_numpy import StageNumpy, basic_index, factors
@@ -180,7 +181,7 @@ class _Level:
         if source in self.values:                           # a tensor of this stage
             _scatter(self.adjoints[source], load, ctx, adj)
         elif source in self.state_index:                    # a child's state: its row
-            _scatter(self.d_states[self.state_index[source]], load, ctx, adj)
+            _scatter(self.d_states[self.state_index[source]], load, ctx, adj, null_row=NULL_SLOT)
         else:
             weight = self.stage.placeholder_of[source]
             if id(load) in self.stage.invariant:
@@ -259,8 +260,9 @@ class _Backprop:
 
 
 # ----------------------------------------------------------------------------- scatters
-def _scatter(target, load, ctx, adj):
-    """target[load's indices] += adj (summed over the axes the indices do not vary along)."""
+def _scatter(target, load, ctx, adj, null_row=None):
+    """target[load's indices] += adj (summed over the axes the indices do not vary along);
+    null_row: see `_add_rows`."""
     basic = basic_index(load, ctx.extents)
     if basic is not None:
         index, axes = basic
@@ -274,7 +276,7 @@ def _scatter(target, load, ctx, adj):
         block = np.broadcast_to(expand(part, row_axes + tail_axes),
                                 row_index.shape + tuple(ctx.extents[a] for a in tail_axes))
         _add_rows(target.reshape(target.shape[0], -1), row_index.reshape(-1),
-                  block.reshape(row_index.size, -1))
+                  block.reshape(row_index.size, -1), null_row)
         return
     idx, axes = ctx.indices(load)
     part = np.broadcast_to(expand(reduce_to(adj, axes), axes), np.broadcast_shapes(*(i.shape for i in idx)))
@@ -297,10 +299,19 @@ def _row_form(load, ctx, target):
     return np.asarray(row), row_axes, tuple(tail)
 
 
-def _add_rows(target2, rows, block):
-    """target2[rows[i]] += block[i] for every i, rows possibly repeated (a missing child is the null
-    node, a node of a DAG has several parents, a word recurs): repeated rows are summed first
-    (sorted, `np.add.reduceat`), in a fixed order."""
+def _add_rows(target2, rows, block, null_row=None):
+    """target2[rows[i]] += block[i] for every i, rows possibly repeated (a node of a DAG has several
+    parents, a word recurs): repeated rows are summed first (sorted, `np.add.reduceat`), in a
+    fixed order.  Rows equal to `null_row` (the null node, which every missing child reads and
+    whose adjoint nobody reads) are left out."""
+    if null_row is not None:
+        keep = rows != null_row
+        rows, block = rows[keep], block[keep]
+    if rows.size == 0:
+        return
+    if np.bincount(rows).max() == 1:                  # a tree's children: one parent each
+        target2[rows] += block
+        return
     order = np.argsort(rows, kind="stable")
     sorted_rows = rows[order]
     starts = np.flatnonzero(np.r_[True, sorted_rows[1:] != sorted_rows[:-1]])

@@ -69,14 +69,28 @@ def contract(values: list, out: tuple, extents: dict):
 
     def prod(axes):
         return int(np.prod([sizes[x] for x in axes], dtype=np.int64))
-    a2 = np.transpose(a, [a_axes.index(x) for x in batch + a_free + summed]).reshape(
+
+    if not batch:
+        a2, b2 = _matrix(a, a_axes, a_free, summed, prod), _matrix(b, b_axes, summed, b_free, prod)
+        if out and out[0] in b_free:             # the result in the order the caller keeps
+            return np.dot(b2.T, a2.T).reshape([sizes[x] for x in b_free + a_free]), b_free + a_free
+        return np.dot(a2, b2).reshape([sizes[x] for x in a_free + b_free]), a_free + b_free
+    a3 = np.transpose(a, [a_axes.index(x) for x in batch + a_free + summed]).reshape(
         prod(batch), prod(a_free), prod(summed))
-    b2 = np.transpose(b, [b_axes.index(x) for x in batch + summed + b_free]).reshape(
+    b3 = np.transpose(b, [b_axes.index(x) for x in batch + summed + b_free]).reshape(
         prod(batch), prod(summed), prod(b_free))
-    # numpy hands a 2-D product to BLAS whatever the strides; a stacked one only when contiguous
-    product = np.dot(a2[0], b2[0])[None] if a2.shape[0] == 1 else np.matmul(a2, b2)
-    result = product.reshape([sizes[x] for x in batch + a_free + b_free])
+    result = np.matmul(a3, b3).reshape([sizes[x] for x in batch + a_free + b_free])
     return result, batch + a_free + b_free
+
+
+def _matrix(array, axes, rows, cols, prod):
+    """`array` as a (rows, cols) matrix: a view where its axes are rows then cols, or cols then rows
+    (a transposed view, which BLAS reads as such), a copy otherwise."""
+    if axes == rows + cols:
+        return array.reshape(prod(rows), prod(cols))
+    if axes == cols + rows:
+        return array.reshape(prod(cols), prod(rows)).T
+    return np.transpose(array, [axes.index(x) for x in rows + cols]).reshape(prod(rows), prod(cols))
 
 
 def _size(axes, extents) -> int:
