@@ -8,6 +8,7 @@ import numpy as np
 import tvm
 
 from . import export as _export
+from . import integrity
 from . import linearize as _linearize
 from . import torch_interop
 from .plan import CHECK_FUNC, TRANSFORM_FUNC, kernel_names
@@ -136,7 +137,11 @@ class CompiledModel:
         self.weight_padding = {name: [tuple(p) for p in pads] for name, pads in (weight_padding or {}).items()}
         #: the model's weights (exported as they are) and the kernel's arguments made from them
         self.model_weights = weights
-        self._weights = None if target.kind.name == "cuda" else kernel_weights(executable, signature, weights)
+        #: why this CPU cannot run the code (compiled for another one, e.g. AVX-512 code on an AVX2
+        #: host, to inspect or export it), else None: nothing of it runs here, not even the transforms
+        self._foreign = None if target.kind.name == "cuda" else cannot_run_here(target)
+        self._weights = None if target.kind.name == "cuda" or self._foreign else \
+            kernel_weights(executable, signature, weights)
         self._workspace = _Workspace()
         self._upload_lock = threading.Lock()
         self._functions = [executable[n] for n in kernel_names(plan)]
@@ -146,7 +151,7 @@ class CompiledModel:
         #: its scalar arguments, fixed for this kernel; None where it does not apply (no compiled
         #: check, or an unrolled layout, whose extra rule only `check_bounds` knows)
         no_word = signature.no_word
-        self._check_scalars = None if self._check_kernel is None or plan.unroll is not None else (
+        self._check_scalars = None if self._check_kernel is None or plan.unroll is not None or self._foreign else (
             vocab_bound or 0, int(no_word is not None), no_word or 0, plan.node_tile, int(bool(plan.hoisted)))
 
     @property
@@ -184,6 +189,8 @@ class CompiledModel:
         check=False skips that for arrays that come straight from `linearize` (as `__call__`
         does).  The state buffers belong to this thread's workspace: copy what you keep.
         """
+        if self._foreign:
+            raise ValueError(self._foreign)
         if check or self.bounds_check:
             self.check(lin)
         if self.target.kind.name == "cuda":
@@ -298,9 +305,9 @@ class CompiledModel:
             weights = {name: user[name] for name in kernel_names_}
         arrays = _export.given_weights({"weight_padding": self.weight_padding, "aliases": self.aliases},
                                        self.signature, weights)
-        if self.target.kind.name == "cuda":
+        if self.target.kind.name == "cuda" or self._foreign:
             with self._upload_lock:
-                self.model_weights, self._weights = arrays, None       # uploaded again on the next call
+                self.model_weights, self._weights = arrays, None       # made again on the next call
         else:
             self._weights = kernel_weights(self.executable, self.signature, arrays)
             self.model_weights = arrays
@@ -367,6 +374,16 @@ class CompiledModel:
         """Generated source: CUDA for a GPU target, LLVM IR for the CPU."""
         mod = self.executable.mod
         return (mod.imports[0] if len(mod.imports) else mod).inspect_source()
+
+
+def cannot_run_here(target):
+    """Why this CPU cannot run code compiled for `target` (a sentence), or None when it can."""
+    try:
+        integrity.check_cpu(integrity.target_cpu(target), "the compiled model")
+    except ValueError as err:
+        return (f"run: this model was compiled for another CPU, so it can be inspected and exported "
+                f"but not run here: {str(err).removeprefix('load: ')}")
+    return None
 
 
 def _adjoint_array(d_out, shape, what, concatenate) -> np.ndarray:
