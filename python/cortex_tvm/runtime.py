@@ -86,6 +86,10 @@ def launch(functions, args, lin, signature, plan):
         functions[0](*args)
 
 
+#: __call__'s default for trees: given nothing (None is a bad batch, refused by the linearizer)
+_NO_TREES = object()
+
+
 class _Workspace(threading.local):
     """Per-thread state buffers, grown to the largest batch seen and reused."""
 
@@ -275,12 +279,12 @@ class CompiledModel:
         device.sync()
         return self._visible(out.numpy()), [s.numpy() for s in states]
 
-    def __call__(self, trees=None, all_nodes: bool = False, *, parents=None, words=None):
+    def __call__(self, trees=_NO_TREES, all_nodes: bool = False, *, parents=None, words=None):
         """Root state of each tree, (B, *state shape); with all_nodes=True, a list with each
         tree's per-node states in `cortex_tvm.data.postorder` order.  Or a forest as arrays,
         parents= (node i's parent, -1 at a root) and words= (-1: none), no Nodes built: the
         roots in the order they appear; all_nodes=True gives one (n, *shape) array, node order."""
-        if (trees is None) == (parents is None) or (words is not None and parents is None):
+        if (trees is _NO_TREES) == (parents is None) or (words is not None and parents is None):
             raise ValueError("call with trees (a list of Nodes) or with parents= and words= (arrays), "
                              "exactly one of the two")
         lin = self.linearize(trees) if parents is None else self.linearize_parents(parents, words)
