@@ -1,10 +1,10 @@
 """Reverse-mode differentiation of RA programs: the backward pass, generated from the program.
 
-The forward computes levels bottom-up; its adjoint runs them top-down.  At each level, from
-the roots down to the leaves, the stage that computed the level (`lower.build_stage`, read by
-`stage_numpy`) is evaluated once more for the level's nodes (recomputation: the forward keeps
-only the states, one row per node each), and the adjoints of its states flow backwards
-through its blocks:
+The forward computes levels bottom-up; its adjoint runs them top-down.  Each stage
+(`lower.build_stage`, read by `stage_numpy`) is first evaluated once more for all of its nodes
+(recomputation: the forward keeps only the states, one row per node each, and with them known
+no recursion is left); then, level by level from the roots down to the leaves, the adjoints
+of the level's states flow backwards through the stage's blocks:
 
 * an elementwise expression by the rules in `_Backprop.expr` (`+ - * /`, sigmoid, tanh, exp,
   min/max (relu), if_then_else); any other operation is refused by name;
