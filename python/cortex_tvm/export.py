@@ -122,13 +122,18 @@ def _read_meta(path):
     return meta
 
 
+def user_weight_shapes(signature, padding) -> dict:
+    """The weights the kernel's module reads, name -> (shape, dtype), in the user's sizes: the
+    kernel's shapes without `weight_padding`."""
+    return {name: (unpadded_shape(shape, padding.get(name, ())), dtype)
+            for name, shape, dtype in signature.model_weights()}
+
+
 def given_weights(meta, signature, weights):
     """User weights in the model's layout and sizes: validated, float32 copies, padded as the
     kernel's sizes are (`weight_padding`)."""
     padding = meta.get("weight_padding", {})
-    expected = {name: (unpadded_shape(shape, padding.get(name, ())), dtype)
-                for name, shape, dtype in signature.model_weights()}
-    given = checked_weights(weights, expected, meta.get("aliases", {}), "load")
+    given = checked_weights(weights, user_weight_shapes(signature, padding), meta.get("aliases", {}), "load")
     return {name: pad_blocks(array, padding.get(name, ())) for name, array in given.items()}
 
 

@@ -12,7 +12,7 @@ from . import integrity
 from . import linearize as _linearize
 from . import torch_interop
 from .plan import CHECK_FUNC, TRANSFORM_FUNC, kernel_names
-from .weights import checked_weights
+from .weights import checked_weights, pad_blocks
 
 _INT32 = np.dtype(np.int32)
 
@@ -302,13 +302,11 @@ class CompiledModel:
         that took.  A model compiled with training=True takes all of its weights (the backward
         reads them too); otherwise the ones the kernel reads.  Returns self."""
         start = time.perf_counter()
-        kernel_names_ = [name for name, _, _ in self.signature.model_weights()]
-        if self.adjoint is not None:
-            expected = {name: (array.shape, "float32") for name, array in self.training_weights.items()}
-            user = checked_weights(weights, expected, self.aliases, "load_weights")
-            weights = {name: user[name] for name in kernel_names_}
-        arrays = _export.given_weights({"weight_padding": self.weight_padding, "aliases": self.aliases},
-                                       self.signature, weights)
+        kernel_reads = _export.user_weight_shapes(self.signature, self.weight_padding)
+        expected = kernel_reads if self.adjoint is None else \
+            {name: (array.shape, "float32") for name, array in self.training_weights.items()}
+        user = checked_weights(weights, expected, self.aliases, "load_weights")     # one copy, validated
+        arrays = {name: pad_blocks(user[name], self.weight_padding.get(name, ())) for name in kernel_reads}
         if self.target.kind.name == "cuda" or self._foreign:
             with self._upload_lock:
                 self.model_weights, self._weights = arrays, None       # made again on the next call
@@ -328,8 +326,8 @@ class CompiledModel:
         `out` is what `compiled(trees, all_nodes)` returns: the roots' first state (B, *shape),
         or with all_nodes=True one (nodes, *shape) array per tree, postorder; `d_out` has the
         same shapes (a list, or the arrays concatenated).  The forward is the compiled kernel;
-        the backward (`adjoint.Adjoint`, generated from the RA program) recomputes each level's
-        gates from the saved states, one row per node each.  Needs compile(training=True)."""
+        the backward (`adjoint.Adjoint`, generated from the RA program) recomputes each stage's
+        tensors from the saved states, one row per node each.  Needs compile(training=True)."""
         if self.adjoint is None:
             raise ValueError("vjp: this model has no backward pass: compile it with training=True "
                              "(model.compile(training=True) or ct.compile(..., training=True)); a model "

@@ -44,8 +44,6 @@ class Expr:
     dtype: str = "float32"
     #: True when a float tensor is read under this node (so an adjoint flows into it)
     reads_float: bool = False
-    #: the axis names its value can vary along (a superset)
-    free: frozenset = field(default_factory=frozenset)
     #: the buffers of the float reads under this node (set by StageNumpy)
     sources: frozenset = field(default_factory=frozenset)
 
@@ -71,11 +69,10 @@ def _parse(e, var_names: dict, free_vars: dict) -> Expr:
         name = var_names.get(e) or free_vars.get(e)
         if name is None:
             raise ValueError(f"stage_numpy: the variable {e} is neither an axis nor a known scalar")
-        return Expr("var", name=name, dtype=dtype, free=frozenset([name]) if e in var_names else frozenset())
+        return Expr("var", name=name, dtype=dtype)
     if kind == "TensorLoad":
         args = tuple(_parse(i, var_names, free_vars) for i in e.indices)
-        return Expr("load", args, source=e.source, dtype=dtype, reads_float=dtype.startswith("float"),
-                    free=frozenset().union(*(a.free for a in args)))
+        return Expr("load", args, source=e.source, dtype=dtype, reads_float=dtype.startswith("float"))
     if kind == "Call":
         name = e.op.name
         args = tuple(_parse(a, var_names, free_vars) for a in e.args)
@@ -91,8 +88,7 @@ def _parse(e, var_names: dict, free_vars: dict) -> Expr:
         raise NotImplementedError(f"no rule for the TIR expression {kind} ({e})")
     if kind == "call" and name not in _CALLS:
         raise NotImplementedError(f"no rule for the call {name}")
-    return Expr(kind, args, name=name, dtype=dtype, reads_float=any(a.reads_float for a in args),
-                free=frozenset().union(*(a.free for a in args)))
+    return Expr(kind, args, name=name, dtype=dtype, reads_float=any(a.reads_float for a in args))
 
 
 def _blocks(stmt):
@@ -235,14 +231,13 @@ class StageNumpy:
         cache: values of level-invariant reads, kept across the levels of one call."""
         values, memo = {}, {}
         for block in self.blocks:
-            extents = {a: (size if n is None else n) for a, n in block.extents.items()}
-            ctx = _Eval(self, env, values, memo, extents, offset, block, cache)
+            ctx = self.context(env, values, memo, block, offset, size, cache)
             if block.reduce_axes:
                 result = ctx.reduction(block.body, block.spatial)
             else:
                 result = ctx.value(block.body)
             array = np.broadcast_to(expand(result, block.spatial),
-                                    [extents[a] for a in block.spatial])
+                                    [ctx.extents[a] for a in block.spatial])
             values[block.out] = np.ascontiguousarray(array, dtype=np.float32)
         return values, memo
 
@@ -263,6 +258,7 @@ class StageNumpy:
         return out
 
     def context(self, env, values, memo, block, offset, size, cache):
+        """The evaluation of `block`'s expressions for the nodes [offset, offset + size)."""
         extents = {a: (size if n is None else n) for a, n in block.extents.items()}
         return _Eval(self, env, values, memo, extents, offset, block, cache)
 

@@ -126,14 +126,16 @@ def _module_class():
                 self._seen = versions
 
         def forward(self, trees, all_nodes: bool = False):
-            if not self.trainable:
-                if all_nodes:
-                    return [to_torch(states) for states in self.compiled(trees, all_nodes=True)]
-                return to_torch(self.compiled(trees))
-            self._sync()
-            sizes = [] if all_nodes else None
-            out = RecursiveFunction.apply(self, trees, sizes, *self._parameters.values())
-            return list(torch.split(out, sizes)) if all_nodes else out
+            if self.trainable:
+                self._sync()
+                if torch.is_grad_enabled():
+                    sizes = [] if all_nodes else None
+                    out = RecursiveFunction.apply(self, trees, sizes, *self._parameters.values())
+                    return list(torch.split(out, sizes)) if all_nodes else out
+            # inference (or under torch.no_grad()): the kernel alone, nothing saved for a backward
+            if all_nodes:
+                return [to_torch(states) for states in self.compiled(trees, all_nodes=True)]
+            return to_torch(self.compiled(trees))
 
         def extra_repr(self):
             c = self.compiled

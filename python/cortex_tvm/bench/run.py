@@ -463,23 +463,23 @@ def print_tables(rows, cases, systems, sgemm_gflops, args):
                   f"not counted) / sgemm: {case['cortex_tvm_pct_of_sgemm']:.0f} %")
     print(f"\nmax |err| vs the float64 reference, every batch of every round "
           f"(tolerance {TOLERANCE} * max(1, max|ref|) per batch):")
-    for system in systems:
-        checked = [r for r in rows if r["system"] == system and "ms" in r]
-        if checked:
-            worst = max(r["max_abs_err"] for r in checked)
-            bad = sum(len(r["wrong_batches"]) for r in checked)
-            verdict = f"WRONG ({bad} batch(es))" if bad else "ok"
-            print(f"  {system:17s} {worst:.1e}  {verdict}  ({len(checked)} case(s), tolerance "
-                  f"{tolerance_of(system)} * max(1, max|ref|))")
+    _print_verdicts(rows, systems, "max_abs_err", "wrong_batches",
+                    lambda system: f", tolerance {tolerance_of(system)} * max(1, max|ref|)")
     if not train:
         return
     print(f"\ngradients (of {', '.join(f'{w} ({MODEL_CLASSES[m]})' for m, w in GRAD_WEIGHT.items())}) vs the "
           f"float64 reference, every batch of every round, max|err| / max|ref| "
           f"(tolerance {GRAD_TOLERANCE}):")
+    _print_verdicts(rows, systems, "grad_max_rel_err", "grad_wrong_batches", lambda system: "")
+
+
+def _print_verdicts(rows, systems, error, wrong, tolerance):
+    """One line per system: its worst `error` over the cases that have it, and its batches in
+    `wrong` (a list per row); tolerance(system) ends the line."""
     for system in systems:
-        checked = [r for r in rows if r["system"] == system and "grad_max_rel_err" in r]
+        checked = [r for r in rows if r["system"] == system and error in r]
         if checked:
-            worst = max(r["grad_max_rel_err"] for r in checked)
-            bad = sum(len(r["grad_wrong_batches"]) for r in checked)
+            worst = max(r[error] for r in checked)
+            bad = sum(len(r[wrong]) for r in checked)
             verdict = f"WRONG ({bad} batch(es))" if bad else "ok"
-            print(f"  {system:17s} {worst:.1e}  {verdict}  ({len(checked)} case(s))")
+            print(f"  {system:17s} {worst:.1e}  {verdict}  ({len(checked)} case(s){tolerance(system)})")
