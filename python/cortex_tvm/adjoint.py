@@ -29,6 +29,7 @@ import numpy as np
 
 from . import lower as _lower
 from . import ra
+from .adjoint_kernel import LevelPass, Unsupported
 from .linearize import NULL_SLOT
 from .blas_threads import single_threaded_blas
 from .named_axes import contract, elementwise, expand, reduce_to, times_missing
@@ -48,11 +49,12 @@ class Adjoint:
     `linearize`): level 0 holds the leaves, each later level internal nodes only.
     """
 
-    def __init__(self, program: ra.RecProgram, linearize):
+    def __init__(self, program: ra.RecProgram, linearize, target=None):
         self.program, self.linearize = program, linearize
         self._layouts = {}              # id(load) -> how it reads its weight (`_scatter_invariant`)
         try:
-            self.stages = {name: StageNumpy(_lower.build_stage(program, name)) for name in ("leaf", "internal")}
+            lowered = {name: _lower.build_stage(program, name) for name in ("leaf", "internal")}
+            self.stages = {name: StageNumpy(stage) for name, stage in lowered.items()}
             for stage in self.stages.values():
                 for block in stage.blocks:
                     _check_rules(block.body, block.name)
@@ -61,6 +63,15 @@ class Adjoint:
         inputs = {k for s in self.stages.values() for k in s.placeholder_of.values() if isinstance(k, ra.NodeInput)}
         if len(inputs) > 1:
             raise ValueError(f"adjoint: the program reads {len(inputs)} per-node inputs; one (the word) is supported")
+        #: the level pass compiled (`adjoint_kernel.LevelPass`), or None: the numpy one runs;
+        #: `level_pass_note` says why not
+        self.level_pass, self.level_pass_note = None, "no target given"
+        if target is not None:
+            try:
+                self.level_pass = LevelPass(lowered, self.stages, program, target)
+                self.level_pass_note = None
+            except Unsupported as err:
+                self.level_pass_note = str(err)
 
     def vjp(self, lin, states: list, weights: dict, d_states: list) -> dict:
         """Gradients of sum(d_states * states) with respect to every weight the program reads.
@@ -86,11 +97,17 @@ class Adjoint:
         for name, (start, end) in ranges.items():
             if end > start:
                 whole[name] = _Level(self.stages[name], lin, states, weights, d_states, start, end - start)
-                whole[name].recompute()
-        for level in range(lin.num_levels - 1, -1, -1):        # first pass: the levels, top down
-            start, end = int(offsets[level]), int(offsets[level + 1])
-            if end > start:
-                whole["leaf" if level == 0 else "internal"].part(start, end).backward(_NOT_WEIGHTS)
+                if self.level_pass is None:
+                    whole[name].recompute()
+                else:                                         # the compiled pass recomputes
+                    whole[name].allocate(self.level_pass.row_shapes(name))
+        if self.level_pass is not None:                       # first pass: the levels, top down
+            self.level_pass(lin, states, weights, d_states, whole)
+        else:
+            for level in range(lin.num_levels - 1, -1, -1):
+                start, end = int(offsets[level]), int(offsets[level + 1])
+                if end > start:
+                    whole["leaf" if level == 0 else "internal"].part(start, end).backward(_NOT_WEIGHTS)
         for level in whole.values():                          # second pass: the weights
             level.backward(_WEIGHTS, grads, deferred)
         for load, key, adj, idx in deferred.values():
@@ -139,6 +156,12 @@ class _Level:
     def recompute(self):
         self.values, self.memo = self.stage.evaluate(self.env, self.offset, self.size, self.cache)
         self.adjoints = {b.out: np.zeros_like(self.values[b.out]) for b in self.stage.blocks}
+
+    def allocate(self, row_shapes: dict):
+        """Arrays for every block's value (written by the compiled pass) and adjoint (zeros)."""
+        self.values = {key: np.empty((self.size,) + shape, np.float32) for key, shape in row_shapes.items()}
+        self.adjoints = {key: np.zeros((self.size,) + shape, np.float32) for key, shape in row_shapes.items()}
+        self.memo = {}
 
     def part(self, start, end) -> "_Level":
         """The nodes [start, end) of this range, viewing its values and adjoints."""

@@ -108,7 +108,7 @@ def training_pass(model, target, precision, training):
     if target.kind.name != "llvm":
         raise ValueError(f"training=True: the backward pass runs on the CPU; compile for target 'llvm', "
                          f"not {target.kind.name!r}")
-    return Adjoint(model.program, model.linearize)
+    return Adjoint(model.program, model.linearize, target)
 
 
 def cross_compile(model, target, path, schedule=None, precision="fp32") -> str:

@@ -91,14 +91,15 @@ def _parse(e, var_names: dict, free_vars: dict) -> Expr:
     return Expr(kind, args, name=name, dtype=dtype, reads_float=any(a.reads_float for a in args))
 
 
-def _blocks(stmt):
+def sblocks(stmt):
+    """The s_tir blocks under `stmt` (a stage's loop nests), in execution order."""
     if isinstance(stmt, tvm.s_tir.stmt.SBlockRealize):
         yield stmt.block
     elif isinstance(stmt, tvm.tirx.stmt.SeqStmt):
         for s in stmt:
-            yield from _blocks(s)
+            yield from sblocks(s)
     else:
-        yield from _blocks(stmt.body)
+        yield from sblocks(stmt.body)
 
 
 def read_blocks(func, free_vars: dict) -> list:
@@ -106,7 +107,7 @@ def read_blocks(func, free_vars: dict) -> list:
 
     free_vars: scalar Vars a body may read besides its axes (the level's offset) -> name."""
     blocks = []
-    for b in _blocks(func.body.block.body):
+    for b in sblocks(func.body.block.body):
         names, extents = {}, {}
         for iv in b.iter_vars:
             name = iv.var.name
@@ -236,9 +237,11 @@ class StageNumpy:
                 result = ctx.reduction(block.body, block.spatial)
             else:
                 result = ctx.value(block.body)
-            array = np.broadcast_to(expand(result, block.spatial),
-                                    [ctx.extents[a] for a in block.spatial])
-            values[block.out] = np.ascontiguousarray(array, dtype=np.float32)
+            array, shape = expand(result, block.spatial), tuple(ctx.extents[a] for a in block.spatial)
+            if array.shape != shape:
+                array = np.broadcast_to(array, shape)
+            # writable: the compiled level pass takes it through DLPack, which refuses read-only arrays
+            values[block.out] = np.require(array, np.float32, ["C", "W"])
         return values, memo
 
     def slice_memo(self, memo: dict, rows: slice) -> dict:

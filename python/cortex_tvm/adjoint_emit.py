@@ -1,0 +1,400 @@
+"""The backward's derivative rules and loop nests as TIR, for one stage of an RA program.
+
+`StageEmitter` reads a stage (`lower.build_stage`: one block per tensor, a leading axis over a
+level's nodes) and adds loop nests to a function being built (`adjoint_kernel.level_pass`):
+
+* `emit_recompute`: every block's value for a range of nodes, into the block's value array;
+* `emit_level`: one level's adjoints.  For each block, last first, and each read in its body of
+  a stage tensor or a child's state (a *sink*; weights are left to the numpy weight pass, which
+  reads the adjoints written here), one nest adds ``adjoint(block) * d body / d read`` to the
+  read's element, by the rules of `adjoint.py` (`_partials`).
+
+A level's nodes go in tiles of NODE_TILE.  Axes of a block that a nest's indices do not use are
+summed first, in a register tile of NODE_TILE nodes x one vector of the indices' last axis, so
+each weight vector read serves the whole tile.  TreeLSTM's
+``gates_sum[n, g, i] = sum_{j,k} U[g*H + i, j*H + k] * h[children[n, j], k]`` gives, per tile::
+
+    for j, k_outer:                          # the read h[children[n, j], k] uses (j, k)
+        acc[t, lane] = 0
+        for g, i:  acc[t, lane] += d_gates_sum[row_t, g, i] * U[g*H + i, j*H + 8*k_outer + lane]
+        d_h[children[offset + n_t, j], 8*k_outer + lane] += acc[t, lane]     (a real child only)
+
+A shape this does not emit (a stage tensor read at another node's row, say) raises
+`Unsupported`, and the numpy backward runs instead.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.script.ir_builder import tirx as Tb
+
+from . import ra
+from .linearize import NULL_SLOT
+from .stage_numpy import sblocks
+
+
+class Unsupported(Exception):
+    """The stage has a shape the compiled level pass does not emit (the numpy one runs)."""
+
+
+class _Block:
+    """One block of a stage: its axes, what it writes, and its body (a sum's summand)."""
+
+    def __init__(self, block, key):
+        self.name, self.key = block.name_hint, key
+        self.axes = [(iv.var, iv.dom.extent) for iv in block.iter_vars]
+        store = block.body
+        if not isinstance(store, tirx.BufferStore):
+            raise Unsupported(f"block {self.name!r} is not a single store")
+        self.out, self.out_indices = store.buffer, list(store.indices)
+        value = store.value
+        if any(iv.iter_type != 0 for iv in block.iter_vars):
+            if not (isinstance(value, tirx.Add) and isinstance(value.a, tvm.ir.TensorLoad)
+                    and value.a.source.same_as(store.buffer)):
+                raise Unsupported(f"block {self.name!r} reduces with something other than a sum")
+            value = value.b
+        self.body = value
+        self.position = next((v for v, ext in self.axes if not isinstance(ext, tvm.tirx.IntImm)), None)
+        if self.position is None or not self.out_indices or not self.out_indices[0].same_as(self.position):
+            raise Unsupported(f"block {self.name!r} does not write its node's row")
+
+
+class StageEmitter:
+    """The TIR for one stage's level: the stage (`lower.Stage`) and its numpy twin
+    (`stage_numpy.StageNumpy`, whose block keys name the value and adjoint arrays)."""
+
+    def __init__(self, stage, numpy_stage, lanes: int):
+        self.stage, self.numpy_stage, self.lanes = stage, numpy_stage, lanes
+        tir_blocks = list(sblocks(stage.func.body.block.body))
+        if len(tir_blocks) != len(numpy_stage.blocks):
+            raise Unsupported("the stage's blocks and their numpy reading differ")
+        self.blocks = [_Block(b, nb.out) for b, nb in zip(tir_blocks, numpy_stage.blocks)]
+        self.tensor_of = {block.out: block.key for block in self.blocks}    # output buffer -> its key
+        self.state_of = {buf: key for key, buf in stage.placeholders.items() if isinstance(key, ra.RecState)}
+        self.output_of = dict(stage.outputs)
+
+    # -- what a read is (buffers compared with same_as: TVM objects hash by handle) -------------
+    def _tensor_key(self, buf):
+        return next((key for b, key in self.tensor_of.items() if b.same_as(buf)), None)
+
+    def _state(self, buf):
+        return next((state for b, state in self.state_of.items() if b.same_as(buf)), None)
+
+    def is_sink(self, load) -> bool:
+        return str(load.ty.dtype).startswith("float") and (
+            self._tensor_key(load.source) is not None or self._state(load.source) is not None)
+
+    def has_sink(self, e) -> bool:
+        found = []
+        tvm_ffi.structural_walk(e, (tvm.ir.TensorLoad, lambda ld: found.append(self.is_sink(ld))), order="post")
+        return any(found)
+
+    # -- emitting --------------------------------------------------------------------------
+    def emit_level(self, bufs, offset, size, row_base, parallel: bool):
+        """Add the level's loop nest to the function being built: nodes [offset, offset + size),
+        rows [row_base, row_base + size) of this stage's value and adjoint arrays, NODE_TILE
+        nodes per iteration of the (parallel) tile loop."""
+        loop = Tb.parallel if parallel else Tb.serial
+        with loop(0, (size + NODE_TILE - 1) // NODE_TILE) as tile:
+            level = _Level(tile, offset, size, row_base)
+            for state, out_buf in self.output_of.items():            # the loss's adjoint, and the parents'
+                adj = bufs["adj"][self._tensor_key(out_buf)]
+                with level.nodes() as (row, node):
+                    with Tb.grid(*state.shape) as ix:
+                        ix = _as_list(ix)
+                        Tb.buffer_store(adj, adj[[row] + ix] + bufs["d_state"][state][[node] + ix], [row] + ix)
+            for block in reversed(self.blocks):
+                if not self.has_sink(block.body):
+                    continue
+                adj_out = bufs["adj"][block.key][[_ROW] + list(block.out_indices[1:])]
+                # the body's value is the block's own tensor: a derivative of a call at the top (tanh
+                # of a sum, say) reads it instead of computing the call again
+                value = tirx.BufferLoad(block.out, [block.position] + list(block.out_indices[1:]))
+                for load, coeff in self._partials(block.body, adj_out, (block.body, value)):
+                    self._emit_sink(block, load, coeff, bufs, level)
+
+    def emit_recompute(self, bufs, offset, size, parallel: bool):
+        """Add the recomputation of every block's value for the stage's nodes [offset, offset +
+        size) (rows 0 ..) to the function being built; no node waits for another."""
+        loop = Tb.parallel if parallel else Tb.serial
+        with loop(0, (size + NODE_TILE - 1) // NODE_TILE) as tile:
+            level = _Level(tile, offset, size, 0)
+            for block in self.blocks:
+                self._emit_value(block, bufs, level)
+
+    def _partials(self, e, coeff, known=(None, None)):
+        """(read, d(out)/d(read) * coeff) for every sink read under `e` (reverse mode, rule by rule).
+        known: (an expression, a read of its value)."""
+        if not self.has_sink(e):
+            return
+        if isinstance(e, tvm.ir.TensorLoad):
+            yield e, coeff
+        elif isinstance(e, tirx.Add):
+            yield from self._partials(e.a, coeff)
+            yield from self._partials(e.b, coeff)
+        elif isinstance(e, tirx.Sub):
+            yield from self._partials(e.a, coeff)
+            yield from self._partials(e.b, -coeff)
+        elif isinstance(e, tirx.Mul):
+            yield from self._partials(e.a, coeff * e.b)
+            yield from self._partials(e.b, coeff * e.a)
+        elif isinstance(e, tirx.Div):
+            yield from self._partials(e.a, coeff / e.b)
+            yield from self._partials(e.b, -coeff * e.a / (e.b * e.b))
+        elif isinstance(e, (tirx.Max, tirx.Min)):
+            zero = tirx.const(0.0, coeff.dtype)
+            pick_a = e.a >= e.b if isinstance(e, tirx.Max) else e.a <= e.b
+            yield from self._partials(e.a, tirx.Select(pick_a, coeff, zero))
+            yield from self._partials(e.b, tirx.Select(pick_a, zero, coeff))
+        elif isinstance(e, tirx.Select) or (isinstance(e, tvm.ir.Call) and e.op.name == "tirx.if_then_else"):
+            cond, then, other = (e.condition, e.true_value, e.false_value) if isinstance(e, tirx.Select) else e.args
+            zero = tirx.const(0.0, coeff.dtype)
+            yield from self._partials(then, tirx.Select(cond, coeff, zero))
+            yield from self._partials(other, tirx.Select(cond, zero, coeff))
+        elif isinstance(e, tvm.ir.Call) and e.op.name in _CALL_RULES:
+            y = known[1] if known[0] is not None and e.same_as(known[0]) else e
+            yield from self._partials(e.args[0], coeff * _derivative(e.op.name, y))
+        elif isinstance(e, tirx.Cast) and str(e.dtype) == str(e.value.dtype):
+            yield from self._partials(e.value, coeff)
+        else:
+            raise Unsupported(f"no compiled rule for {type(e).__name__} ({e})")
+
+    def _emit_sink(self, block, load, coeff, bufs, level):
+        """The adjoint of one read: `coeff` summed over the block's axes the read does not use,
+        added to the read's element of its adjoint (a stage tensor's row, or a child's state
+        row unless the child is the null node)."""
+        key, state = self._tensor_key(load.source), self._state(load.source)
+        if key is not None:
+            if not (load.indices and load.indices[0].same_as(block.position)):
+                raise Unsupported(f"block {block.name!r} reads the stage tensor {load.source.name} at another node")
+
+            def add(rewrite, value):
+                buf = bufs["adj"][key]
+                idx = [rewrite(_ROW)] + [rewrite(i) for i in load.indices[1:]]
+                Tb.buffer_store(buf, buf[idx] + value, idx)
+            self._emit_nest(block, load.indices, coeff, bufs, level, add)
+            return
+        if not any(_uses(i, block.position) for i in load.indices):
+            raise Unsupported(f"block {block.name!r} reads the state {load.source.name} without its node")
+
+        def add_state(rewrite, value):
+            buf = bufs["d_state"][state]
+            idx = [rewrite(i) for i in load.indices]
+            Tb.buffer_store(buf, buf[idx] + value, idx)
+        # every missing child reads the null node: its adjoint is never read, and skipping it
+        # keeps the parallel nodes from writing one row
+        self._emit_nest(block, load.indices, coeff, bufs, level, add_state, skip_null=load.indices[0])
+
+    def _emit_value(self, block, bufs, level):
+        """The block's value for the tile's nodes, into its value array (the recomputation)."""
+        def store(rewrite, value):
+            buf = bufs["value"][block.key]
+            idx = [rewrite(_ROW)] + [rewrite(i) for i in block.out_indices[1:]]
+            Tb.buffer_store(buf, value, idx)
+        self._emit_nest(block, block.out_indices, block.body, bufs, level, store)
+
+    def _emit_nest(self, block, indices, coeff, bufs, level, write, skip_null=None):
+        """One loop nest over a tile of nodes: `coeff` summed over the block's axes that
+        `indices` do not use, then `write(rewrite, value)` at each element they index.  The
+        summed axes run outside the tile's nodes, so each weight vector they read serves every
+        node of the tile (`accumulated`); a nest with none is elementwise (`direct`)."""
+        index_vars = set()
+        for index in indices:
+            tvm_ffi.structural_walk(index, (tvm.ir.Var, lambda v: index_vars.add(v)), order="post")
+        free = [(v, ext) for v, ext in block.axes if not v.same_as(block.position)]
+        used = [(v, ext) for v, ext in free if any(v.same_as(u) for u in index_vars)]
+        summed = [(v, ext) for v, ext in free if not any(v.same_as(u) for u, _ in used)]
+        inner = next(((v, ext) for v, ext in used if v.same_as(indices[-1])), None)
+        outer = [(v, ext) for v, ext in used if inner is None or not v.same_as(inner[0])]
+        inner_axes = [inner] if inner else []
+
+        def nest(axes, body):
+            if not axes:
+                body({})
+            elif axes is inner_axes:
+                _vector_loop(inner[1], self.lanes, lambda k: body({inner[0]: k}))
+            else:
+                with Tb.grid(*[ext for _, ext in axes]) as loops:
+                    body(dict(zip([v for v, _ in axes], _as_list(loops))))
+
+        def rewriter(mapping, position, row):
+            mapping = {**mapping, block.position: position, _ROW: row}
+            return lambda e: self._rewrite(e, bufs, mapping, level.offset, level.size,
+                                           inner[0] if inner else None)
+
+        @contextlib.contextmanager
+        def real_child(outer_map, position, row):
+            if skip_null is None or (inner and _uses(skip_null, inner[0])):
+                yield
+                return
+            with Tb.If(rewriter(outer_map, position, row)(skip_null) != NULL_SLOT):
+                with Tb.Then():
+                    yield
+
+        def direct(outer_map):
+            with level.nodes(positions=True) as (position, row):
+                with real_child(outer_map, position, row):
+                    def at(m):
+                        rewrite = rewriter({**outer_map, **m}, position, row)
+                        write(rewrite, rewrite(coeff))
+                    nest(inner_axes, at)
+
+        def accumulated(outer_map):
+            """A register tile: NODE_TILE nodes x one vector of the indices' last axis."""
+            def columns(column_of, width, vector):
+                acc = Tb.alloc_buffer((NODE_TILE, width), "float32", scope="local")
+                lane_loop = Tb.vectorized if vector else Tb.serial
+
+                def lanes_of(body):
+                    with lane_loop(0, width) as lane:
+                        body(lane, {inner[0]: column_of(lane)} if inner else {})
+                with Tb.unroll(0, NODE_TILE) as t:
+                    lanes_of(lambda lane, _: Tb.buffer_store(acc, tirx.const(0.0, "float32"), [t, lane]))
+
+                def accumulate(m):
+                    with Tb.unroll(0, NODE_TILE) as t:
+                        position, row = level.clamped(t)      # a short tile repeats its last node
+                        lanes_of(lambda lane, mi: Tb.buffer_store(
+                            acc, acc[t, lane] + rewriter({**outer_map, **m, **mi}, position, row)(coeff), [t, lane]))
+                nest(summed, accumulate)
+                with level.nodes(positions=True, tile_index=True) as (position, row, t):
+                    with real_child(outer_map, position, row):
+                        lanes_of(lambda lane, mi: write(rewriter({**outer_map, **mi}, position, row), acc[t, lane]))
+
+            if inner is None:
+                columns(None, 1, False)
+                return
+            extent = int(inner[1])
+            whole = extent // self.lanes
+            if whole:
+                with Tb.serial(0, whole) as k_outer:
+                    columns(lambda lane: k_outer * self.lanes + lane, self.lanes, True)
+            if extent % self.lanes:
+                columns(lambda lane: whole * self.lanes + lane, extent % self.lanes, False)
+
+        nest(outer, accumulated if summed else direct)
+
+    def transposed_reads(self):
+        """The 2-D weights some block reads with its vector axis in the first dimension only
+        (TreeLSTM's U[g*H + i, j*H + k] computing gates_sum[n, g, i]): the recomputation reads
+        their transposes, so a vector of lanes is one contiguous load."""
+        found = {}
+        for block in self.blocks:
+            inner = block.out_indices[-1] if len(block.out_indices) > 1 else None
+            if inner is None:
+                continue
+
+            def visit(ld):
+                for key, buf in self.stage.placeholders.items():
+                    if (isinstance(key, ra.Weight) and len(key.shape) == 2 and buf.same_as(ld.source)
+                            and _uses(ld.indices[0], inner) and not _uses(ld.indices[1], inner)):
+                        found[key] = buf
+            tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, visit), order="post")
+        return found
+
+    def _rewrite(self, e, bufs, mapping, offset, size, inner=None):
+        """`e` (over the block's axes and the stage's buffers) in the function's terms: axes by
+        `mapping` (with _ROW: the node's row), the level's offset, stage tensors by their value
+        arrays' rows; a weight in `bufs["transposed"]` read with `inner` in its first index only,
+        from its transpose."""
+        row = mapping[_ROW]
+        variables = {self.stage.offset: offset, self.stage.size: size}
+
+        def on_var(v):
+            for k, val in mapping.items():
+                if v.same_as(k):
+                    return val
+            for k, val in variables.items():
+                if v.same_as(k):
+                    return val
+            return v
+
+        def on_load(ld):
+            key = self._tensor_key(ld.source)
+            if key is not None:
+                return tirx.BufferLoad(bufs["value"][key], [row] + list(ld.indices[1:]))
+            if inner is not None and len(ld.indices) == 2 and _uses(ld.indices[0], inner) \
+                    and not _uses(ld.indices[1], inner):
+                for k, buf in bufs["transposed"].items():
+                    if k.same_as(ld.source):
+                        return tirx.BufferLoad(buf, [ld.indices[1], ld.indices[0]])
+            for k, buf in bufs["placeholder"].items():
+                if k.same_as(ld.source):
+                    return tirx.BufferLoad(buf, list(ld.indices))
+            return ld                                 # already the function's (level_offsets, an adjoint)
+
+        # loads first, while their indices still name the block's axes (`inner`)
+        e = tvm_ffi.structural_map(e, (tvm.ir.TensorLoad, on_load), order="post")
+        return tvm_ffi.structural_map(e, (tvm.ir.Var, on_var), order="post")
+
+
+#: d/dx f(x) in terms of y = f(x)
+_CALL_RULES = {"tirx.sigmoid": lambda y: y * (tirx.const(1.0, "float32") - y),
+               "tirx.tanh": lambda y: tirx.const(1.0, "float32") - y * y,
+               "tirx.exp": lambda y: y}
+
+
+def _derivative(op_name, y):
+    """The call's derivative from its value `y`, computed once (a Let) where y is an expression."""
+    if isinstance(y, (tvm.ir.TensorLoad, tirx.Var)):
+        return _CALL_RULES[op_name](y)
+    bound = tirx.Var("y", "float32")
+    return tirx.Let(bound, y, _CALL_RULES[op_name](bound))
+
+
+class _Level:
+    """One tile of a level's nodes while its loop nest is built: `nodes()` opens a loop over the
+    tile's nodes that exist (the last tile of a level may be short)."""
+
+    def __init__(self, tile, offset, size, row_base):
+        self.tile, self.offset, self.size, self.row_base = tile, offset, size, row_base
+
+    def clamped(self, t):
+        """(position, row) of the tile's t-th node, the level's last node past its end."""
+        position = tirx.min(self.tile * NODE_TILE + t, self.size - 1)
+        return position, self.row_base + position
+
+    @contextlib.contextmanager
+    def nodes(self, positions=False, tile_index=False):
+        """Yields (row, node), or (position, row) with positions=True, plus the index in the tile."""
+        with Tb.serial(0, NODE_TILE) as t:
+            position = self.tile * NODE_TILE + t
+            with Tb.If(position < self.size):
+                with Tb.Then():
+                    row = self.row_base + position
+                    first = (position, row) if positions else (row, self.offset + position)
+                    yield first + ((t,) if tile_index else ())
+
+
+#: stands for the row of the node in a stage's value and adjoint arrays in expressions built
+#: before the node's loop exists
+_ROW = tirx.Var("row", "int32")
+#: nodes per iteration of a level's loop: a weight row read by a contraction serves them all
+NODE_TILE = 8
+
+
+def _vector_loop(extent, lanes, body):
+    """body(k) for k in range(extent): vectors of `lanes` (T.vectorized), then the rest one by one.
+    LLVM's own vectorizer leaves these loops scalar (their indices are not provably consecutive)."""
+    extent = int(extent)
+    whole = extent // lanes
+    if whole:
+        with Tb.grid(whole) as k_outer:
+            with Tb.vectorized(0, lanes) as k_inner:
+                body(k_outer * lanes + k_inner)
+    if extent % lanes:
+        with Tb.serial(0, extent % lanes) as k_rest:
+            body(whole * lanes + k_rest)
+
+
+def _uses(e, var) -> bool:
+    found = []
+    tvm_ffi.structural_walk(e, (tvm.ir.Var, lambda v: found.append(v.same_as(var))), order="post")
+    return any(found)
+
+
+def _as_list(loops):
+    return [loops] if isinstance(loops, tvm.ir.Var) else list(loops)

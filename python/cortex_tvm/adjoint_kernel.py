@@ -1,0 +1,170 @@
+"""The backward's recomputation and level pass as one compiled TIR function.
+
+The adjoint (`adjoint.py`) has one sequential part: from the roots down, each level's state
+adjoints flow through its stage's blocks into the adjoints of the stage's tensors and of its
+children's states.  In numpy that costs about a millisecond of calls per level, whatever the
+level's size, and the recomputation of every block's tensor before it allocates an array per
+operation.  Here both are emitted as TIR from the same stages and rules (`adjoint_emit`), in
+one function per program:
+
+    every leaf's, then every internal node's block values         (tiles of nodes, parallel)
+    for each internal level, from the top down:  its adjoints      (tiles of nodes, parallel)
+    the leaves' adjoints
+
+A tree's child has one parent, so no two nodes of a level write the same row; a batch with a
+node shared by two parents runs the function's serial twin, built the first time one comes.
+The weight gradients stay in numpy (`adjoint.py`'s weight pass), from the adjoints written here.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder import tirx as Tb
+
+from . import fast_math, ra
+from .adjoint_emit import StageEmitter, Unsupported  # noqa: F401 - Unsupported: what a caller catches
+from .linearize import NULL_SLOT
+from .target import cpu_info
+
+#: the compiled functions: every level in parallel over its nodes, or serially (shared nodes)
+PARALLEL, SERIAL = "cortex_adjoint_levels", "cortex_adjoint_levels_serial"
+
+
+def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: int = 8,
+               parallel: bool = True) -> tuple:
+    """(PrimFunc, its parameters) of the level pass for the stages "leaf" and "internal"
+    (`lower.build_stage`) and their `StageNumpy` twins; `lanes`: float32 lanes of a vector;
+    parallel: each level's node tiles in a parallel loop (PARALLEL) or a serial one (SERIAL).
+
+    Parameters, in order: ("level_offsets",), ("placeholder", key) for each int input and weight
+    the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), and
+    ("value" | "adj", stage, key, row shape) for each block of each stage (the stage's rows).
+    Raises Unsupported where a stage has a shape this does not emit."""
+    emitters = {name: StageEmitter(stages[name], numpy_stages[name], lanes) for name in ("leaf", "internal")}
+    fname = PARALLEL if parallel else SERIAL
+    params = []
+    with IRBuilder() as ib:
+        with Tb.prim_func():
+            Tb.func_name(fname)
+            Tb.func_attr({"tirx.noalias": True, "global_symbol": fname})
+            N, L1 = Tb.int32(), Tb.int32()
+            level_offsets = _arg("level_offsets", (L1,), "int32")
+            params.append(("level_offsets",))
+            placeholders, inputs, transposed_inputs = {}, {}, {}
+            for name in ("leaf", "internal"):
+                for key, te_buf in stages[name].placeholders.items():
+                    if isinstance(key, ra.RecState):
+                        continue
+                    if key not in inputs:
+                        shape = key.shape if isinstance(key, ra.Weight) else (
+                            (N, program.spec.max_children) if key == "children" else (N,))
+                        dtype = key.dtype if isinstance(key, ra.Weight) else "int32"
+                        inputs[key] = _arg(getattr(key, "name", key), shape, dtype)
+                        params.append(("placeholder", key))
+                    placeholders[te_buf] = inputs[key]
+            states, d_states = {}, {}
+            for s in program.states:
+                states[s] = _arg(s.name, (N,) + s.shape, s.dtype)
+                params.append(("state", s))
+            for s in program.states:
+                d_states[s] = _arg("d_" + s.name, (N,) + s.shape, s.dtype)
+                params.append(("d_state", s))
+            for emitter in emitters.values():
+                for te_buf, state in emitter.state_of.items():
+                    placeholders[te_buf] = states[state]
+            per_stage = {}
+            for name, emitter in emitters.items():
+                rows = Tb.int32()
+                value, adj, transposed = {}, {}, {}
+                for key, te_buf in emitter.transposed_reads().items():
+                    if key not in transposed_inputs:
+                        transposed_inputs[key] = _arg(key.name + "_T", key.shape[::-1], key.dtype)
+                        params.append(("transposed", key))
+                    transposed[te_buf] = transposed_inputs[key]
+                for block in emitter.blocks:
+                    row_shape = tuple(int(d) for d in block.out.shape[1:])
+                    value[block.key] = _arg(f"{name}_{block.out.name}", (rows,) + row_shape, "float32")
+                    params.append(("value", name, block.key, row_shape))
+                    adj[block.key] = _arg(f"d_{name}_{block.out.name}", (rows,) + row_shape, "float32")
+                    params.append(("adj", name, block.key, row_shape))
+                per_stage[name] = {"value": value, "adj": adj, "placeholder": placeholders, "d_state": d_states,
+                                   "transposed": transposed}
+            # every node's values first (no recursion left: the states are known), then the levels
+            emitters["leaf"].emit_recompute(per_stage["leaf"], level_offsets[0], level_offsets[1] - level_offsets[0],
+                                            parallel)
+            emitters["internal"].emit_recompute(per_stage["internal"], level_offsets[1],
+                                                level_offsets[L1 - 1] - level_offsets[1], parallel)
+            with Tb.serial(0, L1 - 2) as down:                  # the internal levels, top down
+                level = L1 - 2 - down
+                start = level_offsets[level]
+                emitters["internal"].emit_level(per_stage["internal"], start, level_offsets[level + 1] - start,
+                                                start - level_offsets[1], parallel)
+            emitters["leaf"].emit_level(per_stage["leaf"], level_offsets[0], level_offsets[1] - level_offsets[0],
+                                        0, parallel)
+    return fast_math.rewrite(ib.get()), params
+
+
+def _arg(name, shape, dtype):
+    return Tb.arg(name, Tb.buffer(shape, dtype, buffer_name=name, align=4))
+
+
+class LevelPass:
+    """The compiled level pass of one program for `target`, called where the numpy one would be
+    (`Adjoint._vjp`): it adds into the blocks' adjoint arrays and the children's state adjoints.
+    The serial twin, for batches with a shared node, is built the first time one comes."""
+
+    def __init__(self, stages: dict, numpy_stages: dict, program: ra.RecProgram, target):
+        self._build = lambda parallel: level_pass(stages, numpy_stages, program, cpu_info(target).lanes, parallel)
+        self.target, self.states = target, list(program.states)
+        func, self.params = self._build(True)
+        self._functions = {True: self._compile(func, PARALLEL)}
+        #: "parallel" or "serial": the function the last call ran
+        self.last_run = None
+
+    def _compile(self, func, name):
+        return tvm.compile(tvm.IRModule({name: func}), target=self.target)[name]
+
+    def function(self, parallel: bool):
+        if parallel not in self._functions:
+            func, _ = self._build(parallel)
+            self._functions[parallel] = self._compile(func, PARALLEL if parallel else SERIAL)
+        return self._functions[parallel]
+
+    def __call__(self, lin, states, weights, d_states, whole):
+        """Recompute every block's value into `whole[stage].values` and run the levels, adding
+        into `whole[stage].adjoints` (zeros) and `d_states` (the children's rows)."""
+        args = []
+        for param in self.params:
+            role = param[0]
+            if role == "level_offsets":
+                args.append(lin.level_offsets)
+            elif role == "placeholder":
+                key = param[1]
+                if isinstance(key, ra.Weight):
+                    args.append(weights[key.name])
+                elif isinstance(key, ra.NodeInput):
+                    args.append(lin.words)
+                else:
+                    args.append(getattr(lin, key))       # children, num_children
+            elif role == "transposed":
+                args.append(np.ascontiguousarray(np.asarray(weights[param[1].name], np.float32).T))
+            elif role == "state":
+                args.append(states[self.states.index(param[1])])
+            elif role == "d_state":
+                args.append(d_states[self.states.index(param[1])])
+            else:
+                _, stage, key, row_shape = param
+                level = whole.get(stage)
+                if level is None:                         # no node of this stage in the batch
+                    args.append(np.zeros((0,) + row_shape, np.float32))
+                else:
+                    args.append(level.values[key] if role == "value" else level.adjoints[key])
+        children = lin.children[lin.children != NULL_SLOT]
+        shared = children.size > 0 and np.bincount(children).max() > 1      # a DAG: a node with two parents
+        self.function(not shared)(*args)
+        self.last_run = "serial" if shared else "parallel"
+
+    def row_shapes(self, stage: str) -> dict:
+        """The row shape of each block's arrays of `stage` (block key -> shape)."""
+        return {p[2]: p[3] for p in self.params if p[0] == "value" and p[1] == stage}

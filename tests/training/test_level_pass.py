@@ -1,0 +1,88 @@
+"""The backward compiled (`adjoint_kernel`: the recomputation and the level pass): the IR it
+emits, and the same gradients as the numpy backward for every zoo model.
+
+The numpy pass (`Adjoint` without a target) is itself checked against central differences and
+PyTorch (test_gradients.py, test_torch_training.py); here the two are compared on the same
+states and adjoints, with an adjoint on every state of every node (all of a node's states seed
+the pass, not only the roots' first), on each model's own structures: SST trees, sequences,
+grid DAGs whose nodes have two parents (the serial function).
+"""
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm import adjoint_kernel, lower
+from cortex_tvm.adjoint import Adjoint
+from cortex_tvm.bench.cases import OPTIONS, structures
+from cortex_tvm.stage_numpy import StageNumpy
+from cortex_tvm.target import make_target
+
+H = 6
+
+
+def _random_adjoints(states, rng):
+    d_states = [rng.standard_normal(s.shape).astype(np.float32) for s in states]
+    for d in d_states:
+        d[0] = 0                                   # the null node
+    return d_states
+
+
+@pytest.mark.parametrize("name", sorted(ct.models.BY_NAME))
+def test_compiled_level_pass_equals_numpy(name, sst):
+    trees, vocab = sst
+    model = ct.models.BY_NAME[name](hidden_size=H, vocab_size=len(vocab), **OPTIONS.get(name, {}))
+    structs = structures(name, trees[:6])
+    lin = model.linearize(structs)
+    states = model.numpy_forward(lin)
+    d_states = _random_adjoints(states, np.random.default_rng(1))
+    compiled = Adjoint(model.program, model.linearize, make_target("llvm"))
+    assert compiled.level_pass is not None, compiled.level_pass_note
+    got = compiled.vjp(lin, states, model.weights, [d.copy() for d in d_states])
+    want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, [d.copy() for d in d_states])
+    assert sorted(got) == sorted(want)
+    for weight in want:
+        scale = float(np.abs(want[weight]).max())
+        assert scale > 0, weight                       # the comparison can fail
+        np.testing.assert_allclose(got[weight], want[weight], rtol=0, atol=2e-5 * scale, err_msg=weight)
+    children = lin.children[lin.children != 0]
+    shared = np.bincount(children).max() > 1
+    assert compiled.level_pass.last_run == ("serial" if shared else "parallel")
+
+
+def _tree_fc_pass(parallel=True):
+    model = ct.models.TreeFC(hidden_size=16, vocab_size=20)
+    stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
+    numpy_stages = {n: StageNumpy(s) for n, s in stages.items()}
+    return adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=8, parallel=parallel)
+
+
+def test_the_level_pass_ir():
+    """TreeFC, h = tanh(W @ (h_left + h_right) + b): first every node's values (tiles of 8 nodes
+    in parallel; the product with W reads W's transpose, one vector per load, into an 8 x 8-lane
+    accumulator), then the levels from the top down (the product with W in the other direction
+    reads W itself), children's rows written except the null node's, no weight written."""
+    func, params = _tree_fc_pass()
+    text = func.script()
+    recompute, levels = text.split("for v_4 in range(v - 2):")             # the internal levels ...
+    assert "level_offsets[v - 2 - v_4]" in levels                          # ... from the top down
+    assert recompute.count("T.parallel(") == 2 and levels.count("T.parallel(") == 2
+    assert "internal_internal_h_sum[v_4 * 8 + v_6, v_5 * 8 + v_7] = buffer[v_6, v_7]" in recompute
+    assert "W_T[v_6, v_5 * 8 + v_8] * internal_child_sum[T.min(v_4 * 8 + v_7," in recompute
+    assert "T.alloc_local((8, 8))" in levels                               # node tile x lanes
+    assert "d_internal_internal_h_sum[level_offsets[v - 2 - v_4] - level_offsets[1] + T.min(" in levels
+    assert "* W[v_7, v_6 * 8 + v_9]" in levels
+    assert "children[level_offsets[v - 2 - v_4] + (v_5 * 8 + v_6), 1] != 0" in levels
+    assert "T.vectorized(8)" in levels
+    # tanh's derivative reads the recomputed value, not a second tanh
+    assert "(T.float32(1.0) - internal_internal_h[level_offsets" in levels
+    assert {p[0] for p in params} == {"level_offsets", "placeholder", "transposed", "state", "d_state",
+                                      "value", "adj"}
+    assert "d_W" not in text and "d_b" not in text and "d_emb" not in text
+    serial, _ = _tree_fc_pass(parallel=False)
+    assert "T.parallel(" not in serial.script()
+
+
+def test_numpy_pass_without_a_target():
+    model = ct.models.TreeFC(hidden_size=4, vocab_size=10)
+    adjoint = Adjoint(model.program, model.linearize)
+    assert adjoint.level_pass is None and adjoint.level_pass_note == "no target given"
