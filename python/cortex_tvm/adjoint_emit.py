@@ -7,7 +7,7 @@ level's nodes) and adds loop nests to a function being built (`adjoint_kernel.le
 * `emit_level`: one level's adjoints.  For each block, last first, and each read in its body of
   a stage tensor or a child's state (a *sink*; weights are left to the numpy weight pass, which
   reads the adjoints written here), one nest adds ``adjoint(block) * d body / d read`` to the
-  read's element, by the rules of `adjoint.py` (`_partials`).
+  read's element, by the rules of `adjoint.py` (`partials`).
 
 A level's nodes go in tiles of NODE_TILE.  Axes of a block that a nest's indices do not use are
 summed first, in a register tile of NODE_TILE nodes x one vector of the indices' last axis, so
@@ -34,6 +34,7 @@ from tvm.script.ir_builder import tirx as Tb
 from . import ra
 from .linearize import NULL_SLOT
 from .stage_numpy import sblocks
+from .tir_builder import as_list, uses, vector_loop
 
 
 class Unsupported(Exception):
@@ -75,6 +76,8 @@ class StageEmitter:
         self.tensor_of = {block.out: block.key for block in self.blocks}    # output buffer -> its key
         self.state_of = {buf: key for key, buf in stage.placeholders.items() if isinstance(key, ra.RecState)}
         self.output_of = dict(stage.outputs)
+        #: what `partials` differentiates into: weights (True), or stage tensors and states
+        self.weight_sinks = False
 
     # -- what a read is (buffers compared with same_as: TVM objects hash by handle) -------------
     def _tensor_key(self, buf):
@@ -84,8 +87,15 @@ class StageEmitter:
         return next((state for b, state in self.state_of.items() if b.same_as(buf)), None)
 
     def is_sink(self, load) -> bool:
-        return str(load.ty.dtype).startswith("float") and (
-            self._tensor_key(load.source) is not None or self._state(load.source) is not None)
+        if not str(load.ty.dtype).startswith("float"):
+            return False
+        if self.weight_sinks:
+            return self.weight_of(load.source) is not None
+        return self._tensor_key(load.source) is not None or self._state(load.source) is not None
+
+    def weight_of(self, buf):
+        return next((k for k, b in self.stage.placeholders.items() if isinstance(k, ra.Weight) and b.same_as(buf)),
+                    None)
 
     def has_sink(self, e) -> bool:
         found = []
@@ -104,16 +114,16 @@ class StageEmitter:
                 adj = bufs["adj"][self._tensor_key(out_buf)]
                 with level.nodes() as (row, node):
                     with Tb.grid(*state.shape) as ix:
-                        ix = _as_list(ix)
+                        ix = as_list(ix)
                         Tb.buffer_store(adj, adj[[row] + ix] + bufs["d_state"][state][[node] + ix], [row] + ix)
             for block in reversed(self.blocks):
                 if not self.has_sink(block.body):
                     continue
-                adj_out = bufs["adj"][block.key][[_ROW] + list(block.out_indices[1:])]
+                adj_out = bufs["adj"][block.key][[ROW] + list(block.out_indices[1:])]
                 # the body's value is the block's own tensor: a derivative of a call at the top (tanh
                 # of a sum, say) reads it instead of computing the call again
                 value = tirx.BufferLoad(block.out, [block.position] + list(block.out_indices[1:]))
-                for load, coeff in self._partials(block.body, adj_out, (block.body, value)):
+                for load, coeff in self.partials(block.body, adj_out, (block.body, value)):
                     self._emit_sink(block, load, coeff, bufs, level)
 
     def emit_recompute(self, bufs, offset, size, parallel: bool):
@@ -125,7 +135,7 @@ class StageEmitter:
             for block in self.blocks:
                 self._emit_value(block, bufs, level)
 
-    def _partials(self, e, coeff, known=(None, None)):
+    def partials(self, e, coeff, known=(None, None)):
         """(read, d(out)/d(read) * coeff) for every sink read under `e` (reverse mode, rule by rule).
         known: (an expression, a read of its value)."""
         if not self.has_sink(e):
@@ -133,32 +143,32 @@ class StageEmitter:
         if isinstance(e, tvm.ir.TensorLoad):
             yield e, coeff
         elif isinstance(e, tirx.Add):
-            yield from self._partials(e.a, coeff)
-            yield from self._partials(e.b, coeff)
+            yield from self.partials(e.a, coeff)
+            yield from self.partials(e.b, coeff)
         elif isinstance(e, tirx.Sub):
-            yield from self._partials(e.a, coeff)
-            yield from self._partials(e.b, -coeff)
+            yield from self.partials(e.a, coeff)
+            yield from self.partials(e.b, -coeff)
         elif isinstance(e, tirx.Mul):
-            yield from self._partials(e.a, coeff * e.b)
-            yield from self._partials(e.b, coeff * e.a)
+            yield from self.partials(e.a, coeff * e.b)
+            yield from self.partials(e.b, coeff * e.a)
         elif isinstance(e, tirx.Div):
-            yield from self._partials(e.a, coeff / e.b)
-            yield from self._partials(e.b, -coeff * e.a / (e.b * e.b))
+            yield from self.partials(e.a, coeff / e.b)
+            yield from self.partials(e.b, -coeff * e.a / (e.b * e.b))
         elif isinstance(e, (tirx.Max, tirx.Min)):
             zero = tirx.const(0.0, coeff.dtype)
             pick_a = e.a >= e.b if isinstance(e, tirx.Max) else e.a <= e.b
-            yield from self._partials(e.a, tirx.Select(pick_a, coeff, zero))
-            yield from self._partials(e.b, tirx.Select(pick_a, zero, coeff))
+            yield from self.partials(e.a, tirx.Select(pick_a, coeff, zero))
+            yield from self.partials(e.b, tirx.Select(pick_a, zero, coeff))
         elif isinstance(e, tirx.Select) or (isinstance(e, tvm.ir.Call) and e.op.name == "tirx.if_then_else"):
             cond, then, other = (e.condition, e.true_value, e.false_value) if isinstance(e, tirx.Select) else e.args
             zero = tirx.const(0.0, coeff.dtype)
-            yield from self._partials(then, tirx.Select(cond, coeff, zero))
-            yield from self._partials(other, tirx.Select(cond, zero, coeff))
+            yield from self.partials(then, tirx.Select(cond, coeff, zero))
+            yield from self.partials(other, tirx.Select(cond, zero, coeff))
         elif isinstance(e, tvm.ir.Call) and e.op.name in _CALL_RULES:
             y = known[1] if known[0] is not None and e.same_as(known[0]) else e
-            yield from self._partials(e.args[0], coeff * _derivative(e.op.name, y))
+            yield from self.partials(e.args[0], coeff * _derivative(e.op.name, y))
         elif isinstance(e, tirx.Cast) and str(e.dtype) == str(e.value.dtype):
-            yield from self._partials(e.value, coeff)
+            yield from self.partials(e.value, coeff)
         else:
             raise Unsupported(f"no compiled rule for {type(e).__name__} ({e})")
 
@@ -173,11 +183,11 @@ class StageEmitter:
 
             def add(rewrite, value):
                 buf = bufs["adj"][key]
-                idx = [rewrite(_ROW)] + [rewrite(i) for i in load.indices[1:]]
+                idx = [rewrite(ROW)] + [rewrite(i) for i in load.indices[1:]]
                 Tb.buffer_store(buf, buf[idx] + value, idx)
             self._emit_nest(block, load.indices, coeff, bufs, level, add)
             return
-        if not any(_uses(i, block.position) for i in load.indices):
+        if not any(uses(i, block.position) for i in load.indices):
             raise Unsupported(f"block {block.name!r} reads the state {load.source.name} without its node")
 
         def add_state(rewrite, value):
@@ -192,7 +202,7 @@ class StageEmitter:
         """The block's value for the tile's nodes, into its value array (the recomputation)."""
         def store(rewrite, value):
             buf = bufs["value"][block.key]
-            idx = [rewrite(_ROW)] + [rewrite(i) for i in block.out_indices[1:]]
+            idx = [rewrite(ROW)] + [rewrite(i) for i in block.out_indices[1:]]
             Tb.buffer_store(buf, value, idx)
         self._emit_nest(block, block.out_indices, block.body, bufs, level, store)
 
@@ -215,19 +225,19 @@ class StageEmitter:
             if not axes:
                 body({})
             elif axes is inner_axes:
-                _vector_loop(inner[1], self.lanes, lambda k: body({inner[0]: k}))
+                vector_loop(inner[1], self.lanes, lambda k: body({inner[0]: k}))
             else:
                 with Tb.grid(*[ext for _, ext in axes]) as loops:
-                    body(dict(zip([v for v, _ in axes], _as_list(loops))))
+                    body(dict(zip([v for v, _ in axes], as_list(loops))))
 
         def rewriter(mapping, position, row):
-            mapping = {**mapping, block.position: position, _ROW: row}
-            return lambda e: self._rewrite(e, bufs, mapping, level.offset, level.size,
+            mapping = {**mapping, block.position: position, ROW: row}
+            return lambda e: self.rewrite(e, bufs, mapping, level.offset, level.size,
                                            inner[0] if inner else None)
 
         @contextlib.contextmanager
         def real_child(outer_map, position, row):
-            if skip_null is None or (inner and _uses(skip_null, inner[0])):
+            if skip_null is None or (inner and uses(skip_null, inner[0])):
                 yield
                 return
             with Tb.If(rewriter(outer_map, position, row)(skip_null) != NULL_SLOT):
@@ -290,17 +300,17 @@ class StageEmitter:
             def visit(ld):
                 for key, buf in self.stage.placeholders.items():
                     if (isinstance(key, ra.Weight) and len(key.shape) == 2 and buf.same_as(ld.source)
-                            and _uses(ld.indices[0], inner) and not _uses(ld.indices[1], inner)):
+                            and uses(ld.indices[0], inner) and not uses(ld.indices[1], inner)):
                         found[key] = buf
             tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, visit), order="post")
         return found
 
-    def _rewrite(self, e, bufs, mapping, offset, size, inner=None):
+    def rewrite(self, e, bufs, mapping, offset, size, inner=None):
         """`e` (over the block's axes and the stage's buffers) in the function's terms: axes by
-        `mapping` (with _ROW: the node's row), the level's offset, stage tensors by their value
+        `mapping` (with ROW: the node's row), the level's offset, stage tensors by their value
         arrays' rows; a weight in `bufs["transposed"]` read with `inner` in its first index only,
         from its transpose."""
-        row = mapping[_ROW]
+        row = mapping[ROW]
         variables = {self.stage.offset: offset, self.stage.size: size}
 
         def on_var(v):
@@ -316,8 +326,8 @@ class StageEmitter:
             key = self._tensor_key(ld.source)
             if key is not None:
                 return tirx.BufferLoad(bufs["value"][key], [row] + list(ld.indices[1:]))
-            if inner is not None and len(ld.indices) == 2 and _uses(ld.indices[0], inner) \
-                    and not _uses(ld.indices[1], inner):
+            if inner is not None and len(ld.indices) == 2 and uses(ld.indices[0], inner) \
+                    and not uses(ld.indices[1], inner):
                 for k, buf in bufs["transposed"].items():
                     if k.same_as(ld.source):
                         return tirx.BufferLoad(buf, [ld.indices[1], ld.indices[0]])
@@ -371,30 +381,6 @@ class _Level:
 
 #: stands for the row of the node in a stage's value and adjoint arrays in expressions built
 #: before the node's loop exists
-_ROW = tirx.Var("row", "int32")
+ROW = tirx.Var("row", "int32")
 #: nodes per iteration of a level's loop: a weight row read by a contraction serves them all
 NODE_TILE = 8
-
-
-def _vector_loop(extent, lanes, body):
-    """body(k) for k in range(extent): vectors of `lanes` (T.vectorized), then the rest one by one.
-    LLVM's own vectorizer leaves these loops scalar (their indices are not provably consecutive)."""
-    extent = int(extent)
-    whole = extent // lanes
-    if whole:
-        with Tb.grid(whole) as k_outer:
-            with Tb.vectorized(0, lanes) as k_inner:
-                body(k_outer * lanes + k_inner)
-    if extent % lanes:
-        with Tb.serial(0, extent % lanes) as k_rest:
-            body(whole * lanes + k_rest)
-
-
-def _uses(e, var) -> bool:
-    found = []
-    tvm_ffi.structural_walk(e, (tvm.ir.Var, lambda v: found.append(v.same_as(var))), order="post")
-    return any(found)
-
-
-def _as_list(loops):
-    return [loops] if isinstance(loops, tvm.ir.Var) else list(loops)

@@ -17,6 +17,8 @@ The weight gradients stay in numpy (`adjoint.py`'s weight pass), from the adjoin
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import tvm
 from tvm.script.ir_builder import IRBuilder
@@ -24,6 +26,7 @@ from tvm.script.ir_builder import tirx as Tb
 
 from . import fast_math, ra
 from .adjoint_emit import StageEmitter, Unsupported  # noqa: F401 - Unsupported: what a caller catches
+from .adjoint_weights import emit_weight_read, index_arrays, weight_blocks
 from .linearize import NULL_SLOT
 from .target import cpu_info
 
@@ -39,9 +42,12 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
 
     Parameters, in order: ("level_offsets",), ("placeholder", key) for each int input and weight
     the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), and
-    ("value" | "adj", stage, key, row shape) for each block of each stage (the stage's rows).
+    ("value" | "adj", stage, key, row shape) for each block of each stage (the stage's rows),
+    ("weight_read", stage, key, ordinal, shape, weight, index arrays) for each node-independent
+    weight read whose gradient the function sums (`adjoint_weights`).
     Raises Unsupported where a stage has a shape this does not emit."""
     emitters = {name: StageEmitter(stages[name], numpy_stages[name], lanes) for name in ("leaf", "internal")}
+    weight_reads = {name: weight_blocks(emitter) for name, emitter in emitters.items()}
     fname = PARALLEL if parallel else SERIAL
     params = []
     with IRBuilder() as ib:
@@ -102,6 +108,16 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                                                 start - level_offsets[1], parallel)
             emitters["leaf"].emit_level(per_stage["leaf"], level_offsets[0], level_offsets[1] - level_offsets[0],
                                         0, parallel)
+            # the gradients of the weights every level reads alike, over all of a stage's nodes
+            for name, first, last in (("leaf", 0, 1), ("internal", 1, L1 - 1)):
+                for block, stand_in, reads in weight_reads[name]:
+                    for ordinal, (load, coeff, axes) in enumerate(reads):
+                        shape = tuple(int(ext) for _, ext in axes)
+                        out = _arg(f"grad_{name}_{block.out.name}_{ordinal}", shape, "float32")
+                        params.append(("weight_read", name, block.key, ordinal, shape,
+                                       emitters[name].weight_of(load.source), index_arrays(load, axes)))
+                        emit_weight_read(emitters[name], block, stand_in, load, coeff, axes, out, per_stage[name],
+                                         level_offsets[first], level_offsets[last] - level_offsets[first])
     return fast_math.rewrite(ib.get()), params
 
 
@@ -119,8 +135,13 @@ class LevelPass:
         self.target, self.states = target, list(program.states)
         func, self.params = self._build(True)
         self._functions = {True: self._compile(func, PARALLEL)}
+        #: stage -> keys of the blocks whose weight gradients the function computes (the numpy
+        #: weight pass leaves them out)
+        self.weight_blocks = {stage: {p[2] for p in self.params if p[0] == "weight_read" and p[1] == stage}
+                              for stage in ("leaf", "internal")}
         #: "parallel" or "serial": the function the last call ran
         self.last_run = None
+        self._arrays = threading.local()
 
     def _compile(self, func, name):
         return tvm.compile(tvm.IRModule({name: func}), target=self.target)[name]
@@ -131,10 +152,12 @@ class LevelPass:
             self._functions[parallel] = self._compile(func, PARALLEL if parallel else SERIAL)
         return self._functions[parallel]
 
-    def __call__(self, lin, states, weights, d_states, whole):
+    def __call__(self, lin, states, weights, d_states, whole) -> list:
         """Recompute every block's value into `whole[stage].values` and run the levels, adding
-        into `whole[stage].adjoints` (zeros) and `d_states` (the children's rows)."""
-        args = []
+        into `whole[stage].adjoints` (zeros) and `d_states` (the children's rows).  Returns the
+        weight reads summed here: [(weight, index arrays, the sums over the read's axes, a key
+        for `adjoint._scatter_invariant`'s layout memo)]."""
+        args, reads = [], []
         for param in self.params:
             role = param[0]
             if role == "level_offsets":
@@ -148,7 +171,15 @@ class LevelPass:
                 else:
                     args.append(getattr(lin, key))       # children, num_children
             elif role == "transposed":
-                args.append(np.ascontiguousarray(np.asarray(weights[param[1].name], np.float32).T))
+                weight = np.asarray(weights[param[1].name], np.float32)
+                args.append(self._held(param, weight.shape[::-1]))
+                np.copyto(args[-1], weight.T)
+            elif role == "weight_read":
+                _, stage, key, ordinal, shape, weight, index = param
+                sums = self._held(param, shape)
+                sums.fill(0)                                 # the function adds block by block
+                args.append(sums)
+                reads.append((weight, index, sums, (stage, key, ordinal)))
             elif role == "state":
                 args.append(states[self.states.index(param[1])])
             elif role == "d_state":
@@ -164,6 +195,15 @@ class LevelPass:
         shared = children.size > 0 and np.bincount(children).max() > 1      # a DAG: a node with two parents
         self.function(not shared)(*args)
         self.last_run = "serial" if shared else "parallel"
+        return reads
+
+    def _held(self, param, shape) -> np.ndarray:
+        """This thread's array for a parameter, kept between calls (no page faults on reuse)."""
+        held = self._arrays.__dict__.setdefault("by_param", {})
+        key = id(param)
+        if key not in held or held[key].shape != tuple(shape):
+            held[key] = np.empty(shape, np.float32)
+        return held[key]
 
     def row_shapes(self, stage: str) -> dict:
         """The row shape of each block's arrays of `stage` (block key -> shape)."""

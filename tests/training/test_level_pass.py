@@ -60,10 +60,12 @@ def test_the_level_pass_ir():
     """TreeFC, h = tanh(W @ (h_left + h_right) + b): first every node's values (tiles of 8 nodes
     in parallel; the product with W reads W's transpose, one vector per load, into an 8 x 8-lane
     accumulator), then the levels from the top down (the product with W in the other direction
-    reads W itself), children's rows written except the null node's, no weight written."""
+    reads W itself), children's rows written except the null node's, then the sums over every
+    node that give dW and db; no weight written."""
     func, params = _tree_fc_pass()
     text = func.script()
     recompute, levels = text.split("for v_4 in range(v - 2):")             # the internal levels ...
+    levels, weights = levels.split("    for v_4 in T.parallel(2):")       # ... then dW over all nodes
     assert "level_offsets[v - 2 - v_4]" in levels                          # ... from the top down
     assert recompute.count("T.parallel(") == 2 and levels.count("T.parallel(") == 2
     assert "internal_internal_h_sum[v_4 * 8 + v_6, v_5 * 8 + v_7] = buffer[v_6, v_7]" in recompute
@@ -73,13 +75,23 @@ def test_the_level_pass_ir():
     assert "* W[v_7, v_6 * 8 + v_9]" in levels
     assert "children[level_offsets[v - 2 - v_4] + (v_5 * 8 + v_6), 1] != 0" in levels
     assert "T.vectorized(8)" in levels
+    # dW[i, k] = sum over every internal node of d h_sum[n, i] * child_sum[n, k]: blocks of 32
+    # nodes, each adding into an 8-row x 8-lane register tile of dW
+    assert "for v_5, v_6 in T.grid((level_offsets[v - 1] + 31 - level_offsets[1]) // 32, 2):" in weights
+    assert "buffer[v_7, v_8] = grad_internal_internal_h_sum_0[T.min(v_4 * 8 + v_7, 15), v_6 * 8 + v_8]" in weights
+    assert ("buffer[v_8, v_9] + d_internal_internal_h_sum[v_5 * 32 + v_7, T.min(v_4 * 8 + v_8, 15)]"
+            " * internal_child_sum[v_5 * 32 + v_7, v_6 * 8 + v_9]") in weights
+    assert "grad_internal_internal_h_sum_0[T.min(v_4 * 8 + v_7, 15), v_6 * 8 + v_8] = buffer[v_7, v_8]" in weights
+    assert "grad_internal_internal_h_0[v_6 * 8 + v_8] = buffer[v_7, v_8]" in weights       # db
     # tanh's derivative reads the recomputed value, not a second tanh
     assert "(T.float32(1.0) - internal_internal_h[level_offsets" in levels
     assert {p[0] for p in params} == {"level_offsets", "placeholder", "transposed", "state", "d_state",
-                                      "value", "adj"}
+                                      "value", "adj", "weight_read"}
+    # emb is read through the node's word: its gradient stays with the numpy weight pass
+    assert sorted(p[5].name for p in params if p[0] == "weight_read") == ["W", "b"]
     assert "d_W" not in text and "d_b" not in text and "d_emb" not in text
-    serial, _ = _tree_fc_pass(parallel=False)
-    assert "T.parallel(" not in serial.script()
+    serial, _ = _tree_fc_pass(parallel=False)                 # a DAG's: the weights' sums stay parallel
+    assert "T.parallel(" not in serial.script().split("    for v_4 in T.parallel(2):")[0]
 
 
 def test_numpy_pass_without_a_target():

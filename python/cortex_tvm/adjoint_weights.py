@@ -1,0 +1,181 @@
+"""The backward's weight gradients as TIR, for the weights every level reads alike.
+
+A block whose weight reads do not depend on the node (TreeLSTM's ``U[g*H + i, j*H + k]`` in
+``gates_sum``, ``bU[g*H + i]`` in ``gates``) has, for each such read, a gradient that is a sum
+over all of the stage's nodes: for U, ``R[g, i, j, k] = sum_n d_gates_sum[n, g, i] *
+h[children[n, j], k]``, one matrix product.  `emit_weight_read` adds that sum's loop nest to the
+backward function (`adjoint_kernel.level_pass`), after the levels, into an array over the
+read's own axes (`R`, no two iterations write one element, so its tiles run in parallel);
+`index_arrays` says where each element of `R` goes in the weight, and `adjoint.py` adds it
+there (`_scatter_invariant`: a reshape for U).  A block that reads a weight through the node
+(an embedding row per word) stays with the numpy weight pass.
+
+The nest tiles the read's largest outer axis by TILE (8 values of i for U) and its last axis by
+vectors, and takes the nodes in blocks of NODES_PER_BLOCK, whose rows of the adjoints and child
+states stay in the cache while every tile adds them in (the tile loads and stores its partial
+sums once per block)::
+
+    for i_tile (parallel), node_block, g, j, k_outer:
+        acc[t, lane] = R[g, 8*i_tile + t, j, 8*k_outer + lane]
+        for n in node_block:  acc[t, lane] += d_gates_sum[n, g, 8*i_tile + t] * h[children[n, j], 8*k_outer + lane]
+        R[g, 8*i_tile + t, j, 8*k_outer + lane] = acc[t, lane]
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.script.ir_builder import tirx as Tb
+
+from .adjoint_emit import ROW, Unsupported
+from .tir_builder import as_list, uses
+
+#: values of the tiled axis per iteration of the parallel loop
+TILE = 8
+#: nodes summed per pass over `out`'s tiles (their rows of the adjoints and child states stay in L2)
+NODES_PER_BLOCK = 32
+
+
+def weight_blocks(emitter) -> list:
+    """The blocks of the stage whose weight reads are all node-independent, with what their
+    nests need: [(block, stand-in for the block's adjoint buffer, [(read, d out/d read times
+    the stand-in's element, the read's axes)])]."""
+    found = []
+    for block in emitter.blocks:
+        weight_loads = []
+        tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, lambda ld: weight_loads.append(ld)
+                                             if emitter.weight_of(ld.source) is not None else None), order="post")
+        if not weight_loads or any(uses(i, block.position) for ld in weight_loads for i in ld.indices):
+            continue
+        stand_in = tirx.decl_buffer(block.out.shape, block.out.dtype, name=f"d_{block.out.name}")
+        emitter.weight_sinks = True
+        try:
+            adj_out = tirx.BufferLoad(stand_in, [ROW] + list(block.out_indices[1:]))
+            value = tirx.BufferLoad(block.out, [block.position] + list(block.out_indices[1:]))
+            reads = [(load, coeff, read_axes(block, load))
+                     for load, coeff in emitter.partials(block.body, adj_out, (block.body, value))]
+            for load, _, axes in reads:
+                index_arrays(load, axes)
+        except Unsupported:
+            continue
+        finally:
+            emitter.weight_sinks = False
+        found.append((block, stand_in, reads))
+    return found
+
+
+def read_axes(block, load) -> list:
+    """The block's axes a read's indices use, (var, extent), in the block's order except the
+    last of those its last index uses (k in U[g*H + i, j*H + k]: the vector of lanes), which
+    comes last."""
+    used = [(v, ext) for v, ext in block.axes
+            if not v.same_as(block.position) and any(uses(i, v) for i in load.indices)]
+    last = [a for a in used if uses(load.indices[-1], a[0])][-1:]
+    return [a for a in used if a not in last] + last
+
+
+def index_arrays(load, axes) -> list:
+    """Each index of the read as an integer array over `axes` (broadcastable): where each
+    element of the read's array goes in the weight.  Unsupported for an index that is not made
+    of the axes, constants, + - * and floor division."""
+    values = {}
+    for d, (v, ext) in enumerate(axes):
+        shape = [1] * len(axes)
+        shape[d] = int(ext)
+        values[v] = np.arange(int(ext), dtype=np.int64).reshape(shape)
+
+    def ev(e):
+        if isinstance(e, tvm.tirx.IntImm):
+            return int(e.value)
+        if isinstance(e, tirx.Var):
+            for v, array in values.items():
+                if v.same_as(e):
+                    return array
+            raise Unsupported(f"the weight index {e} reads a variable that is not an axis")
+        ops = {tirx.Add: np.add, tirx.Sub: np.subtract, tirx.Mul: np.multiply, tirx.FloorDiv: np.floor_divide,
+               tirx.FloorMod: np.mod}
+        for kind, fn in ops.items():
+            if isinstance(e, kind):
+                return fn(ev(e.a), ev(e.b))
+        raise Unsupported(f"the weight index {e} is not affine")
+    return [np.asarray(ev(i)) for i in load.indices]
+
+
+def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, offset, count):
+    """Add the nest filling `out` (over `axes`) with the read's gradient summed over the stage's
+    nodes [offset, offset + count) (rows 0 ..) and the block's other axes; parallel over the
+    tiles of `out` (no two write one element)."""
+    lanes = emitter.lanes
+    summed = [(v, ext) for v, ext in block.axes
+              if not v.same_as(block.position) and not any(v.same_as(a) for a, _ in axes)]
+    inner = axes[-1] if uses(load.indices[-1], axes[-1][0]) else None
+    outer = [a for a in axes if inner is None or not a[0].same_as(inner[0])]
+    tiled = max(outer, key=lambda a: int(a[1])) if outer else None
+    others = [a for a in outer if tiled is None or not a[0].same_as(tiled[0])]
+    extent = int(tiled[1]) if tiled else 1
+    adj = bufs["adj"][block.key]
+
+    def rewrite(e, mapping, n):
+        mapping = {**mapping, block.position: n, ROW: n}
+        e = tvm_ffi.structural_map(e, (tvm.ir.TensorLoad, lambda ld: tirx.BufferLoad(adj, list(ld.indices))
+                                       if ld.source.same_as(stand_in) else ld), order="post")
+        return emitter.rewrite(e, bufs, mapping, offset, count, inner[0] if inner else None)
+
+    def grid(axes_list, body):
+        if not axes_list:
+            body({})
+            return
+        with Tb.grid(*[ext for _, ext in axes_list]) as loops:
+            body(dict(zip([v for v, _ in axes_list], as_list(loops))))
+
+    tile_size = TILE if tiled else 1
+    width = int(inner[1]) if inner else 1
+
+    def at_tile(tile, t):
+        return {tiled[0]: tirx.min(tile * TILE + t, extent - 1)} if tiled else {}
+
+    def columns(mapping, tile, first_node, column_of, count_, vector):
+        """out's tile rows x one vector of columns, in registers, plus NODES_PER_BLOCK nodes."""
+        acc = Tb.alloc_buffer((tile_size, count_), "float32", scope="local")
+
+        def lanes_of(body):
+            with (Tb.vectorized if vector else Tb.serial)(0, count_) as lane:
+                body(lane, {inner[0]: column_of(lane)} if inner else {})
+
+        def element(t, mi):
+            full = {**mapping, **mi, **at_tile(tile, t)}
+            return [full[v] for v, _ in axes]
+        with Tb.unroll(0, tile_size) as t:
+            lanes_of(lambda lane, mi: Tb.buffer_store(acc, out[element(t, mi)], [t, lane]))
+        with Tb.serial(0, NODES_PER_BLOCK) as k:
+            n = first_node + k
+            with Tb.If(n < count):
+                with Tb.Then():
+                    def accumulate(m):
+                        with Tb.unroll(0, tile_size) as t:
+                            lanes_of(lambda lane, mi: Tb.buffer_store(
+                                acc, acc[t, lane] + rewrite(coeff, {**mapping, **m, **mi, **at_tile(tile, t)}, n),
+                                [t, lane]))
+                    grid(summed, accumulate)
+        with Tb.serial(0, tile_size) as t:
+            with Tb.If(tile * TILE + t < extent):          # a short last tile repeats its last row
+                with Tb.Then():
+                    lanes_of(lambda lane, mi: Tb.buffer_store(out, acc[t, lane], element(t, mi)))
+
+    with Tb.parallel(0, (extent + TILE - 1) // TILE) as tile:
+        # blocks of nodes: the block's rows stay in the cache while every tile of `out` takes them
+        with Tb.serial(0, (count + NODES_PER_BLOCK - 1) // NODES_PER_BLOCK) as node_block:
+            first = node_block * NODES_PER_BLOCK
+
+            def body(mapping):
+                if inner is None:
+                    columns(mapping, tile, first, None, 1, False)
+                    return
+                whole = width // lanes
+                if whole:
+                    with Tb.serial(0, whole) as k_outer:
+                        columns(mapping, tile, first, lambda lane: k_outer * lanes + lane, lanes, True)
+                if width % lanes:
+                    columns(mapping, tile, first, lambda lane: whole * lanes + lane, width % lanes, False)
+            grid(others, body)
