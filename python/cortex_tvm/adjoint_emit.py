@@ -9,7 +9,7 @@ level's nodes) and adds loop nests to a function being built (`adjoint_kernel.le
   reads the adjoints written here), one nest adds ``adjoint(block) * d body / d read`` to the
   read's element, by the rules of `adjoint.py` (`partials`).
 
-A level's nodes go in tiles of NODE_TILE.  Axes of a block that a nest's indices do not use are
+A level's nodes go in tiles of NODE_TILE, the rest one by one.  Axes of a block that a nest's indices do not use are
 summed first, in a register tile of NODE_TILE nodes x one vector of the indices' last axis, so
 each weight vector read serves the whole tile.  TreeLSTM's
 ``gates_sum[n, g, i] = sum_{j,k} U[g*H + i, j*H + k] * h[children[n, j], k]`` gives, per tile::
@@ -104,12 +104,9 @@ class StageEmitter:
 
     # -- emitting --------------------------------------------------------------------------
     def emit_level(self, bufs, offset, size, row_base, parallel: bool):
-        """Add the level's loop nest to the function being built: nodes [offset, offset + size),
-        rows [row_base, row_base + size) of this stage's value and adjoint arrays, NODE_TILE
-        nodes per iteration of the (parallel) tile loop."""
-        loop = Tb.parallel if parallel else Tb.serial
-        with loop(0, (size + NODE_TILE - 1) // NODE_TILE) as tile:
-            level = _Level(tile, offset, size, row_base)
+        """Add the level's loop nests to the function being built: nodes [offset, offset + size),
+        rows [row_base, row_base + size) of this stage's value and adjoint arrays (`tiles`)."""
+        def adjoints(level):
             for state, out_buf in self.output_of.items():            # the loss's adjoint, and the parents'
                 adj = bufs["adj"][self._tensor_key(out_buf)]
                 with level.nodes() as (row, node):
@@ -125,15 +122,15 @@ class StageEmitter:
                 value = tirx.BufferLoad(block.out, [block.position] + list(block.out_indices[1:]))
                 for load, coeff in self.partials(block.body, adj_out, (block.body, value)):
                     self._emit_sink(block, load, coeff, bufs, level)
+        _tiles(offset, size, row_base, parallel, adjoints)
 
     def emit_recompute(self, bufs, offset, size, parallel: bool):
         """Add the recomputation of every block's value for the stage's nodes [offset, offset +
         size) (rows 0 ..) to the function being built; no node waits for another."""
-        loop = Tb.parallel if parallel else Tb.serial
-        with loop(0, (size + NODE_TILE - 1) // NODE_TILE) as tile:
-            level = _Level(tile, offset, size, 0)
+        def values(level):
             for block in self.blocks:
                 self._emit_value(block, bufs, level)
+        _tiles(offset, size, 0, parallel, values)
 
     def partials(self, e, coeff, known=(None, None)):
         """(read, d(out)/d(read) * coeff) for every sink read under `e` (reverse mode, rule by rule).
@@ -255,18 +252,18 @@ class StageEmitter:
         def accumulated(outer_map):
             """A register tile: NODE_TILE nodes x one vector of the indices' last axis."""
             def columns(column_of, width, vector):
-                acc = Tb.alloc_buffer((NODE_TILE, width), "float32", scope="local")
+                acc = Tb.alloc_buffer((level.tile_size, width), "float32", scope="local")
                 lane_loop = Tb.vectorized if vector else Tb.serial
 
                 def lanes_of(body):
                     with lane_loop(0, width) as lane:
                         body(lane, {inner[0]: column_of(lane)} if inner else {})
-                with Tb.unroll(0, NODE_TILE) as t:
+                with Tb.unroll(0, level.tile_size) as t:
                     lanes_of(lambda lane, _: Tb.buffer_store(acc, tirx.const(0.0, "float32"), [t, lane]))
 
                 def accumulate(m):
-                    with Tb.unroll(0, NODE_TILE) as t:
-                        position, row = level.clamped(t)      # a short tile repeats its last node
+                    with Tb.unroll(0, level.tile_size) as t:
+                        position, row = level.node(t)
                         lanes_of(lambda lane, mi: Tb.buffer_store(
                             acc, acc[t, lane] + rewriter({**outer_map, **m, **mi}, position, row)(coeff), [t, lane]))
                 nest(summed, accumulate)
@@ -356,27 +353,37 @@ def _derivative(op_name, y):
 
 
 class _Level:
-    """One tile of a level's nodes while its loop nest is built: `nodes()` opens a loop over the
-    tile's nodes that exist (the last tile of a level may be short)."""
+    """`tile_size` nodes of a level, from position `first`, while their loop nests are built."""
 
-    def __init__(self, tile, offset, size, row_base):
-        self.tile, self.offset, self.size, self.row_base = tile, offset, size, row_base
+    def __init__(self, first, tile_size, offset, size, row_base):
+        self.first, self.tile_size = first, tile_size
+        self.offset, self.size, self.row_base = offset, size, row_base
 
-    def clamped(self, t):
-        """(position, row) of the tile's t-th node, the level's last node past its end."""
-        position = tirx.min(self.tile * NODE_TILE + t, self.size - 1)
+    def node(self, t):
+        """(position, row) of the t-th node."""
+        position = self.first + t
         return position, self.row_base + position
 
     @contextlib.contextmanager
     def nodes(self, positions=False, tile_index=False):
-        """Yields (row, node), or (position, row) with positions=True, plus the index in the tile."""
-        with Tb.serial(0, NODE_TILE) as t:
-            position = self.tile * NODE_TILE + t
-            with Tb.If(position < self.size):
-                with Tb.Then():
-                    row = self.row_base + position
-                    first = (position, row) if positions else (row, self.offset + position)
-                    yield first + ((t,) if tile_index else ())
+        """A loop over the nodes: yields (row, node), or (position, row) with positions=True, plus
+        the index among them."""
+        with Tb.serial(0, self.tile_size) as t:
+            position, row = self.node(t)
+            first = (position, row) if positions else (row, self.offset + position)
+            yield first + ((t,) if tile_index else ())
+
+
+def _tiles(offset, size, row_base, parallel, body):
+    """body(_Level) for the whole tiles of NODE_TILE nodes of [offset, offset + size), then for
+    each node past them alone (a level of 3 nodes computes 3, not 8), each in a loop that is
+    parallel or not."""
+    loop = Tb.parallel if parallel else Tb.serial
+    whole = size // NODE_TILE
+    with loop(0, whole) as tile:
+        body(_Level(tile * NODE_TILE, NODE_TILE, offset, size, row_base))
+    with loop(0, size - whole * NODE_TILE) as rest:
+        body(_Level(whole * NODE_TILE + rest, 1, offset, size, row_base))
 
 
 #: stands for the row of the node in a stage's value and adjoint arrays in expressions built

@@ -58,8 +58,8 @@ def _tree_fc_pass(parallel=True):
 
 def test_the_level_pass_ir():
     """TreeFC, h = tanh(W @ (h_left + h_right) + b): first every node's values (tiles of 8 nodes
-    in parallel; the product with W reads W's transpose, one vector per load, into an 8 x 8-lane
-    accumulator), then the levels from the top down (the product with W in the other direction
+    in parallel, the nodes past the last whole tile one by one; the product with W reads W's
+    transpose, one vector per load, into an 8 x 8-lane accumulator), then the levels from the top down (the product with W in the other direction
     reads W itself), children's rows written except the null node's, then the sums over every
     node that give dW and db; no weight written."""
     func, params = _tree_fc_pass()
@@ -67,12 +67,16 @@ def test_the_level_pass_ir():
     recompute, levels = text.split("for v_4 in range(v - 2):")             # the internal levels ...
     levels, weights = levels.split("    for v_4 in T.parallel(2):")       # ... then dW over all nodes
     assert "level_offsets[v - 2 - v_4]" in levels                          # ... from the top down
-    assert recompute.count("T.parallel(") == 2 and levels.count("T.parallel(") == 2
+    # whole tiles of 8 nodes in parallel, then the nodes past them one by one (also in parallel)
+    assert "for v_4 in T.parallel((level_offsets[v - 1] - level_offsets[1]) // 8):" in recompute
+    assert "for v_4 in T.parallel((level_offsets[v - 1] - level_offsets[1]) % 8):" in recompute
+    assert "for v_5 in T.parallel((level_offsets[v - v_4 - 1] - level_offsets[v - v_4 - 2]) // 8):" in levels
+    assert "for v_5 in T.parallel((level_offsets[v - v_4 - 1] - level_offsets[v - v_4 - 2]) % 8):" in levels
     assert "internal_internal_h_sum[v_4 * 8 + v_6, v_5 * 8 + v_7] = buffer[v_6, v_7]" in recompute
-    assert "W_T[v_6, v_5 * 8 + v_8] * internal_child_sum[T.min(v_4 * 8 + v_7," in recompute
-    assert "T.alloc_local((8, 8))" in levels                               # node tile x lanes
-    assert "d_internal_internal_h_sum[level_offsets[v - 2 - v_4] - level_offsets[1] + T.min(" in levels
-    assert "* W[v_7, v_6 * 8 + v_9]" in levels
+    assert "W_T[v_6, v_5 * 8 + v_8] * internal_child_sum[v_4 * 8 + v_7, v_6]" in recompute
+    assert "T.alloc_local((8, 8))" in levels and "T.alloc_local((1, 8))" in levels   # node tile x lanes
+    assert ("d_internal_internal_h_sum[level_offsets[v - 2 - v_4] - level_offsets[1] + (v_5 * 8 + v_8), v_7]"
+            " * W[v_7, v_6 * 8 + v_9]") in levels
     assert "children[level_offsets[v - 2 - v_4] + (v_5 * 8 + v_6), 1] != 0" in levels
     assert "T.vectorized(8)" in levels
     # dW[i, k] = sum over every internal node of d h_sum[n, i] * child_sum[n, k]: blocks of 32
@@ -92,6 +96,7 @@ def test_the_level_pass_ir():
     assert "d_W" not in text and "d_b" not in text and "d_emb" not in text
     serial, _ = _tree_fc_pass(parallel=False)                 # a DAG's: the weights' sums stay parallel
     assert "T.parallel(" not in serial.script().split("    for v_4 in T.parallel(2):")[0]
+    assert "T.min(v_" not in recompute + levels               # no node clamped, none computed twice
 
 
 def test_numpy_pass_without_a_target():
