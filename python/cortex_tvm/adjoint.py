@@ -18,6 +18,12 @@ Weight reads that do not depend on the level (U[g*H+i, j*H+k]) accumulate their 
 read's own shape across all levels and are scattered into the weight's gradient once, at the
 end: a level's contribution is one matrix product, (read axes) x (nodes of the level).
 
+Given a target (`compile(training=True)` gives the model's), the recomputation, the levels and
+the sums of the node-independent weight reads run compiled instead (`adjoint_kernel.LevelPass`,
+generated from the same stages and rules); numpy keeps the weight reads through a node (the
+embedding) and adds the compiled sums into the gradients.  Without a target, or for a stage
+the emitter cannot take (`level_pass_note` says why), all of the above runs in numpy.
+
 Example (TreeFC, 2 leaves and a root)::
 
     adjoint = Adjoint(model.program, model.linearize)

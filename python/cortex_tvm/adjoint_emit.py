@@ -5,8 +5,9 @@ level's nodes) and adds loop nests to a function being built (`adjoint_kernel.le
 
 * `emit_recompute`: every block's value for a range of nodes, into the block's value array;
 * `emit_level`: one level's adjoints.  For each block, last first, and each read in its body of
-  a stage tensor or a child's state (a *sink*; weights are left to the numpy weight pass, which
-  reads the adjoints written here), one nest adds ``adjoint(block) * d body / d read`` to the
+  a stage tensor or a child's state (a *sink*; weights are not sinks here: `adjoint_weights`
+  differentiates the node-independent ones with the same `partials` (`weight_sinks`), the
+  numpy weight pass the rest), one nest adds ``adjoint(block) * d body / d read`` to the
   read's element, by the rules of `adjoint.py` (`partials`).
 
 A level's nodes go in tiles of NODE_TILE, the rest one by one.  Axes of a block that a nest's indices do not use are

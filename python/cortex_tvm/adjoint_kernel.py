@@ -1,4 +1,4 @@
-"""The backward's recomputation and level pass as one compiled TIR function.
+"""The backward's recomputation, level pass and weight sums as one compiled TIR function.
 
 The adjoint (`adjoint.py`) has one sequential part: from the roots down, each level's state
 adjoints flow through its stage's blocks into the adjoints of the stage's tensors and of its
@@ -10,10 +10,12 @@ one function per program:
     every leaf's, then every internal node's block values         (tiles of nodes, parallel)
     for each internal level, from the top down:  its adjoints      (tiles of nodes, parallel)
     the leaves' adjoints
+    the node-independent weight reads' sums over all nodes        (tiles of the sums, parallel)
 
 A tree's child has one parent, so no two nodes of a level write the same row; a batch with a
 node shared by two parents runs the function's serial twin, built the first time one comes.
-The weight gradients stay in numpy (`adjoint.py`'s weight pass), from the adjoints written here.
+Only blocks that read a weight through the node (the embedding) are left to `adjoint.py`'s
+numpy weight pass, which reads the adjoints written here.
 """
 from __future__ import annotations
 
@@ -41,8 +43,9 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     parallel: each level's node tiles in a parallel loop (PARALLEL) or a serial one (SERIAL).
 
     Parameters, in order: ("level_offsets",), ("placeholder", key) for each int input and weight
-    the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), and
-    ("value" | "adj", stage, key, row shape) for each block of each stage (the stage's rows),
+    the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), per stage
+    ("transposed", weight) for each weight its recomputation reads transposed and ("value" |
+    "adj", stage, key, row shape) for each block (the stage's rows),
     ("weight_read", stage, key, ordinal, shape, weight, index arrays) for each node-independent
     weight read whose gradient the function sums (`adjoint_weights`).
     Raises Unsupported where a stage has a shape this does not emit."""
