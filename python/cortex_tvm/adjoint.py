@@ -37,7 +37,8 @@ import numpy as np
 
 from . import lower as _lower
 from . import ra
-from .adjoint_kernel import LevelPass, Unsupported
+from .adjoint_emit import Unsupported
+from .adjoint_kernel import LevelPass
 from .linearize import NULL_SLOT
 from .blas_threads import single_threaded_blas
 from .named_axes import contract, elementwise, expand, reduce_to, times_missing
@@ -183,9 +184,9 @@ class _Level:
         for key, shape in row_shapes.items():
             for kind, out in (("value", self.values), ("adjoint", self.adjoints)):
                 held = workspace.get((kind, key))
-                if held is None or held.shape[0] < self.size:
-                    held = workspace[(kind, key)] = np.empty((max(self.size, 2 * getattr(held, "shape", (0,))[0]),)
-                                                             + shape, np.float32)
+                if held is None or held.shape[0] < self.size:     # grown by doubling, at least to the batch
+                    rows = self.size if held is None else max(self.size, 2 * held.shape[0])
+                    held = workspace[(kind, key)] = np.empty((rows,) + shape, np.float32)
                 out[key] = held[:self.size]
             self.adjoints[key].fill(0)
         self.memo = {}

@@ -35,7 +35,7 @@ from tvm.script.ir_builder import tirx as Tb
 from . import ra
 from .linearize import NULL_SLOT
 from .stage_numpy import sblocks
-from .tir_builder import as_list, uses, vector_loop
+from .tir_builder import as_list, axes_grid, column_chunks, uses, vector_loop
 
 
 class Unsupported(Exception):
@@ -69,7 +69,7 @@ class StageEmitter:
     (`stage_numpy.StageNumpy`, whose block keys name the value and adjoint arrays)."""
 
     def __init__(self, stage, numpy_stage, lanes: int):
-        self.stage, self.numpy_stage, self.lanes = stage, numpy_stage, lanes
+        self.stage, self.lanes = stage, lanes
         tir_blocks = list(sblocks(stage.func.body.block.body))
         if len(tir_blocks) != len(numpy_stage.blocks):
             raise Unsupported("the stage's blocks and their numpy reading differ")
@@ -220,13 +220,10 @@ class StageEmitter:
         inner_axes = [inner] if inner else []
 
         def nest(axes, body):
-            if not axes:
-                body({})
-            elif axes is inner_axes:
+            if axes and axes is inner_axes:
                 vector_loop(inner[1], self.lanes, lambda k: body({inner[0]: k}))
             else:
-                with Tb.grid(*[ext for _, ext in axes]) as loops:
-                    body(dict(zip([v for v, _ in axes], as_list(loops))))
+                axes_grid(axes, body)
 
         def rewriter(mapping, position, row):
             mapping = {**mapping, block.position: position, ROW: row}
@@ -274,14 +271,8 @@ class StageEmitter:
 
             if inner is None:
                 columns(None, 1, False)
-                return
-            extent = int(inner[1])
-            whole = extent // self.lanes
-            if whole:
-                with Tb.serial(0, whole) as k_outer:
-                    columns(lambda lane: k_outer * self.lanes + lane, self.lanes, True)
-            if extent % self.lanes:
-                columns(lambda lane: whole * self.lanes + lane, extent % self.lanes, False)
+            else:
+                column_chunks(inner[1], self.lanes, columns)
 
         nest(outer, accumulated if summed else direct)
 

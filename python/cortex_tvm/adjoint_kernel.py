@@ -27,7 +27,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as Tb
 
 from . import fast_math, ra
-from .adjoint_emit import StageEmitter, Unsupported  # noqa: F401 - Unsupported: what a caller catches
+from .adjoint_emit import StageEmitter
 from .adjoint_weights import emit_weight_read, index_arrays, weight_blocks
 from .linearize import NULL_SLOT
 from .target import cpu_info
@@ -142,6 +142,9 @@ class LevelPass:
         #: weight pass leaves them out)
         self.weight_blocks = {stage: {p[2] for p in self.params if p[0] == "weight_read" and p[1] == stage}
                               for stage in ("leaf", "internal")}
+        #: stage -> the row shape of each block's arrays (block key -> shape)
+        self._row_shapes = {stage: {p[2]: p[3] for p in self.params if p[0] == "value" and p[1] == stage}
+                            for stage in ("leaf", "internal")}
         #: "parallel" or "serial": the function the last call ran
         self.last_run = None
         self._arrays = threading.local()
@@ -161,7 +164,7 @@ class LevelPass:
         weight reads summed here: [(weight, index arrays, the sums over the read's axes, a key
         for `adjoint._scatter_invariant`'s layout memo)]."""
         args, reads = [], []
-        for param in self.params:
+        for position, param in enumerate(self.params):
             role = param[0]
             if role == "level_offsets":
                 args.append(lin.level_offsets)
@@ -175,11 +178,11 @@ class LevelPass:
                     args.append(getattr(lin, key))       # children, num_children
             elif role == "transposed":
                 weight = np.asarray(weights[param[1].name], np.float32)
-                args.append(self._held(param, weight.shape[::-1]))
+                args.append(self._held(position, weight.shape[::-1]))
                 np.copyto(args[-1], weight.T)
             elif role == "weight_read":
                 _, stage, key, ordinal, shape, weight, index = param
-                sums = self._held(param, shape)
+                sums = self._held(position, shape)
                 sums.fill(0)                                 # the function adds block by block
                 args.append(sums)
                 reads.append((weight, index, sums, (stage, key, ordinal)))
@@ -200,14 +203,14 @@ class LevelPass:
         self.last_run = "serial" if shared else "parallel"
         return reads
 
-    def _held(self, param, shape) -> np.ndarray:
-        """This thread's array for a parameter, kept between calls (no page faults on reuse)."""
+    def _held(self, position, shape) -> np.ndarray:
+        """This thread's array for the parameter at `position`, kept between calls (no page
+        faults on reuse)."""
         held = self._arrays.__dict__.setdefault("by_param", {})
-        key = id(param)
-        if key not in held or held[key].shape != tuple(shape):
-            held[key] = np.empty(shape, np.float32)
-        return held[key]
+        if position not in held or held[position].shape != tuple(shape):
+            held[position] = np.empty(shape, np.float32)
+        return held[position]
 
     def row_shapes(self, stage: str) -> dict:
         """The row shape of each block's arrays of `stage` (block key -> shape)."""
-        return {p[2]: p[3] for p in self.params if p[0] == "value" and p[1] == stage}
+        return self._row_shapes[stage]

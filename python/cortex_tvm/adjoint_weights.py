@@ -29,7 +29,7 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
 from .adjoint_emit import ROW, Unsupported
-from .tir_builder import as_list, uses
+from .tir_builder import axes_grid, column_chunks, uses
 
 #: values of the tiled axis per iteration of the parallel loop
 TILE = 8
@@ -106,7 +106,6 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
     """Add the nest filling `out` (over `axes`) with the read's gradient summed over the stage's
     nodes [offset, offset + count) (rows 0 ..) and the block's other axes; parallel over the
     tiles of `out` (no two write one element)."""
-    lanes = emitter.lanes
     summed = [(v, ext) for v, ext in block.axes
               if not v.same_as(block.position) and not any(v.same_as(a) for a, _ in axes)]
     inner = axes[-1] if uses(load.indices[-1], axes[-1][0]) else None
@@ -122,15 +121,7 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
                                        if ld.source.same_as(stand_in) else ld), order="post")
         return emitter.rewrite(e, bufs, mapping, offset, count, inner[0] if inner else None)
 
-    def grid(axes_list, body):
-        if not axes_list:
-            body({})
-            return
-        with Tb.grid(*[ext for _, ext in axes_list]) as loops:
-            body(dict(zip([v for v, _ in axes_list], as_list(loops))))
-
     tile_size = TILE if tiled else 1
-    width = int(inner[1]) if inner else 1
 
     def at_tile(tile, t):
         return {tiled[0]: tirx.min(tile * TILE + t, extent - 1)} if tiled else {}
@@ -157,7 +148,7 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
                             lanes_of(lambda lane, mi: Tb.buffer_store(
                                 acc, acc[t, lane] + rewrite(coeff, {**mapping, **m, **mi, **at_tile(tile, t)}, n),
                                 [t, lane]))
-                    grid(summed, accumulate)
+                    axes_grid(summed, accumulate)
         with Tb.serial(0, tile_size) as t:
             with Tb.If(tile * TILE + t < extent):          # a short last tile repeats its last row
                 with Tb.Then():
@@ -169,13 +160,10 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
             first = node_block * NODES_PER_BLOCK
 
             def body(mapping):
+                def chunk(column_of, width, vector):
+                    columns(mapping, tile, first, column_of, width, vector)
                 if inner is None:
-                    columns(mapping, tile, first, None, 1, False)
-                    return
-                whole = width // lanes
-                if whole:
-                    with Tb.serial(0, whole) as k_outer:
-                        columns(mapping, tile, first, lambda lane: k_outer * lanes + lane, lanes, True)
-                if width % lanes:
-                    columns(mapping, tile, first, lambda lane: whole * lanes + lane, width % lanes, False)
-            grid(others, body)
+                    chunk(None, 1, False)
+                else:
+                    column_chunks(inner[1], emitter.lanes, chunk)
+            axes_grid(others, body)

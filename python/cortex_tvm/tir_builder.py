@@ -7,18 +7,35 @@ import tvm_ffi
 from tvm.script.ir_builder import tirx as Tb
 
 
-def vector_loop(extent, lanes, body):
-    """body(k) for k in range(extent): vectors of `lanes` (T.vectorized), then the rest one by one.
-    LLVM's own vectorizer leaves these loops scalar (their indices are not provably consecutive)."""
+def column_chunks(extent, lanes, chunk):
+    """chunk(column_of, width, vector) over the columns range(extent): in a loop, whole vectors
+    of `lanes` (column_of(lane) = k_outer * lanes + lane, vector=True), then the rest
+    (vector=False).  A chunk's lanes are one T.vectorized loop: LLVM's own vectorizer leaves
+    these loops scalar (their indices are not provably consecutive)."""
     extent = int(extent)
     whole = extent // lanes
     if whole:
-        with Tb.grid(whole) as k_outer:
-            with Tb.vectorized(0, lanes) as k_inner:
-                body(k_outer * lanes + k_inner)
+        with Tb.serial(0, whole) as k_outer:
+            chunk(lambda lane: k_outer * lanes + lane, lanes, True)
     if extent % lanes:
-        with Tb.serial(0, extent % lanes) as k_rest:
-            body(whole * lanes + k_rest)
+        chunk(lambda lane: whole * lanes + lane, extent % lanes, False)
+
+
+def vector_loop(extent, lanes, body):
+    """body(k) for k in range(extent), in `column_chunks`."""
+    def chunk(column_of, width, vector):
+        with (Tb.vectorized if vector else Tb.serial)(0, width) as lane:
+            body(column_of(lane))
+    column_chunks(extent, lanes, chunk)
+
+
+def axes_grid(axes, body):
+    """body({var: loop var}) inside one loop per (var, extent) of `axes`; body({}) for none."""
+    if not axes:
+        body({})
+        return
+    with Tb.grid(*[ext for _, ext in axes]) as loops:
+        body(dict(zip([v for v, _ in axes], as_list(loops))))
 
 
 def uses(e, var) -> bool:
