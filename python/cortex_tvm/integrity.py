@@ -17,24 +17,9 @@ import tempfile
 
 import tvm
 
+from .target import X86_ISA, host_isa
+
 __all__ = ["file_digest", "seal", "check_seal", "check_files", "target_cpu", "check_cpu", "host_isa"]
-
-#: LLVM x86 feature name -> /proc/cpuinfo flag, for the instruction-set extensions (LLVM's lists
-#: also hold tuning hints such as "slow-3ops-lea" that no CPU reports: those are not compared)
-X86_ISA = {
-    "sse": "sse", "sse2": "sse2", "sse3": "pni", "ssse3": "ssse3", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
-    "sse4a": "sse4a", "avx": "avx", "avx2": "avx2", "fma": "fma", "fma4": "fma4", "xop": "xop",
-    "f16c": "f16c", "bmi": "bmi1", "bmi2": "bmi2", "lzcnt": "abm", "popcnt": "popcnt", "movbe": "movbe",
-    "aes": "aes", "pclmul": "pclmulqdq", "vaes": "vaes", "vpclmulqdq": "vpclmulqdq", "gfni": "gfni",
-    "sha": "sha_ni", "adx": "adx", "cx16": "cx16", "avxvnni": "avx_vnni", "rdrnd": "rdrand",
-    "rdseed": "rdseed",
-    "avx512f": "avx512f", "avx512cd": "avx512cd", "avx512bw": "avx512bw", "avx512dq": "avx512dq",
-    "avx512vl": "avx512vl", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi",
-    "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512bitalg": "avx512_bitalg",
-    "avx512vpopcntdq": "avx512_vpopcntdq", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
-    "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16",
-}
-
 
 # ----------------------------------------------------------------------------- files
 def file_digest(path) -> dict:
@@ -135,22 +120,6 @@ def target_cpu(target) -> dict:
 
 def _arch(triple) -> str:
     return str(triple).split("-", 1)[0]
-
-
-def host_isa() -> set:
-    """Instruction-set extensions (LLVM names) this CPU has: from /proc/cpuinfo where it exists,
-    else LLVM's feature list for the detected CPU model."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return {name for name, flag in X86_ISA.items() if flag in flags}
-    except OSError:
-        pass
-    from tvm.target import Target, codegen
-    cpu = Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
-    return {str(f) for f in codegen.llvm_get_cpu_features(cpu)} & set(X86_ISA)
 
 
 def check_cpu(recorded: dict, lib_path, host_features=None) -> None:

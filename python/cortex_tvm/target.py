@@ -18,11 +18,60 @@ from tvm.target import Target, codegen
 from . import config
 
 
+#: LLVM x86 feature name -> /proc/cpuinfo flag, for the instruction-set extensions (LLVM's lists
+#: also hold tuning hints such as "slow-3ops-lea" that no CPU reports: those are not compared)
+X86_ISA = {
+    "sse": "sse", "sse2": "sse2", "sse3": "pni", "ssse3": "ssse3", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
+    "sse4a": "sse4a", "avx": "avx", "avx2": "avx2", "fma": "fma", "fma4": "fma4", "xop": "xop",
+    "f16c": "f16c", "bmi": "bmi1", "bmi2": "bmi2", "lzcnt": "abm", "popcnt": "popcnt", "movbe": "movbe",
+    "aes": "aes", "pclmul": "pclmulqdq", "vaes": "vaes", "vpclmulqdq": "vpclmulqdq", "gfni": "gfni",
+    "sha": "sha_ni", "adx": "adx", "cx16": "cx16", "avxvnni": "avx_vnni", "rdrnd": "rdrand",
+    "rdseed": "rdseed",
+    "avx512f": "avx512f", "avx512cd": "avx512cd", "avx512bw": "avx512bw", "avx512dq": "avx512dq",
+    "avx512vl": "avx512vl", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi",
+    "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512bitalg": "avx512_bitalg",
+    "avx512vpopcntdq": "avx512_vpopcntdq", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
+    "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16",
+}
+
+
+def host_isa() -> set:
+    """Instruction-set extensions (LLVM names) this CPU has: from /proc/cpuinfo where it exists,
+    else LLVM's feature list for the detected CPU model."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return {name for name, flag in X86_ISA.items() if flag in flags}
+    except OSError:
+        pass
+    cpu = Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
+    return {str(f) for f in codegen.llvm_get_cpu_features(cpu)} & set(X86_ISA)
+
+
+def host_llvm() -> dict:
+    """This machine's CPU as target attributes: LLVM's CPU model, minus the extensions the model
+    has and this CPU does not report.
+
+    A virtual machine can hide some of its CPU's extensions (a KVM guest on Zen 5 reports no
+    rdseed, which LLVM's znver5 has), and code built for the model alone would then be refused
+    here as foreign; this is what clang's -march=native does."""
+    mcpu = codegen.llvm_get_system_cpu()
+    attrs = {"kind": "llvm", "mcpu": mcpu}
+    if not codegen.llvm_get_system_triple().startswith(("x86_64", "i386", "i686")):
+        return attrs
+    model = {str(f) for f in codegen.llvm_get_cpu_features(Target(attrs))} & set(X86_ISA)
+    hidden = sorted(model - host_isa())
+    return {**attrs, "mattr": [f"-{f}" for f in hidden]} if hidden else attrs
+
+
 def make_target(target) -> Target:
     """A TVM Target from "llvm", "cuda", "aarch64", a dict or a Target.
 
     "llvm" means this machine's CPU with all its cores (TVM's "native" falls
-    back to a generic CPU in this version, so the CPU is detected here).  A
+    back to a generic CPU in this version, so the CPU is detected here:
+    `host_llvm`).  A
     dict without "num-cores" gets this machine's thread count, so that
     `{"kind": "llvm", "mcpu": "haswell"}` builds AVX2 code that still uses
     every core here.
@@ -41,8 +90,7 @@ def make_target(target) -> Target:
                 target = {**target, "num-cores": config.load().num_threads}
         return Target(target)
     if target == "llvm":
-        return Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(),
-                       "num-cores": config.load().num_threads})
+        return Target({**host_llvm(), "num-cores": config.load().num_threads})
     if target == "cuda":
         return Target({"kind": "cuda", "arch": cuda_arch()}, host={"kind": "llvm"})
     if target == "aarch64":          # a 64-bit ARM CPU with NEON (cross-compilation)
@@ -170,4 +218,4 @@ class Machine:
 
 def host_features() -> set:
     """LLVM feature names of the CPU this process runs on."""
-    return set(codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})))
+    return set(codegen.llvm_get_cpu_features(Target(host_llvm())))

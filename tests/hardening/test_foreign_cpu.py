@@ -39,3 +39,22 @@ def test_compiled_for_another_cpu_builds_but_refuses_to_run(tmp_path):
 
 def test_the_host_target_runs_here():
     assert cannot_run_here(make_target("llvm")) is None
+
+
+def test_the_host_target_leaves_out_what_this_cpu_hides(monkeypatch):
+    """A VM may hide extensions of its CPU model (a KVM guest on Zen 5 reports no rdseed, which
+    LLVM's znver5 has): "llvm" then builds without them, instead of code this CPU refuses."""
+    from tvm.target import codegen
+
+    from cortex_tvm import target as target_module
+    reported = target_module.host_isa()
+    model = set(codegen.llvm_get_cpu_features(make_target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})))
+    hideable = sorted(model & reported - {"sse", "sse2"})
+    if not hideable:
+        pytest.skip("LLVM's model of this CPU has no x86 extension to hide")
+    hidden = hideable[-1]
+    monkeypatch.setattr(target_module, "host_isa", lambda: reported - {hidden})
+    target = make_target("llvm")
+    assert f"-{hidden}" in [str(a) for a in target.attrs["mattr"]]
+    assert hidden not in set(codegen.llvm_get_cpu_features(target))
+    assert cannot_run_here(target) is None

@@ -14,19 +14,18 @@ import os
 
 import numpy as np
 import pytest
-from tvm.target import codegen
 
 import cortex_tvm as ct
 from cortex_tvm.bench.cases import OPTIONS, structures
 from cortex_tvm.compiler import compiled_form
 from cortex_tvm.models import reference64
 from cortex_tvm.schedule import RecSchedule, ScheduleError
-from cortex_tvm.target import make_target
+from cortex_tvm.target import host_llvm, make_target
 from cortex_tvm.tune.workload import Workload
 
 H = 32
 #: this machine's CPU with AVX512_BF16 turned off: precision="bf16" is storage-only bf16 here
-STORAGE = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "mattr": ["-avx512bf16"]}
+STORAGE = {**host_llvm(), "mattr": host_llvm().get("mattr", []) + ["-avx512bf16"]}
 
 
 def bf16_round(x):
