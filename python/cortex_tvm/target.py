@@ -74,7 +74,9 @@ def make_target(target) -> Target:
     `host_llvm`).  A
     dict without "num-cores" gets this machine's thread count, so that
     `{"kind": "llvm", "mcpu": "haswell"}` builds AVX2 code that still uses
-    every core here.
+    every core here.  A dict naming this machine's own CPU model without
+    "mattr" gets `host_llvm`'s (the code runs here); pass a Target to build
+    for the full model.
     """
     if isinstance(target, Target):
         return target
@@ -86,6 +88,9 @@ def make_target(target) -> Target:
                 # LLVM would only print a warning and build generic code
                 raise ValueError(f"unknown LLVM CPU mcpu={mcpu!r} for {triple} (e.g. 'haswell' for AVX2, "
                                  f"'skylake-avx512' or 'znver4' for AVX-512)")
+            if "mtriple" not in target and "mattr" not in target and mcpu == codegen.llvm_get_system_cpu():
+                # this machine's CPU by name: what it reports, not the whole model (see host_llvm)
+                target = {**host_llvm(), **target}
             if "mtriple" not in target and "num-cores" not in target:
                 target = {**target, "num-cores": config.load().num_threads}
         return Target(target)
@@ -137,11 +142,34 @@ class CpuInfo:
     isa: str
     #: the LLVM CPU name ("" when the target names none)
     mcpu: str
+    #: full-width vector FMAs a core starts per cycle (`fma_units`): 2 where a tile of more
+    #: accumulators pays for its padding, 1 where the FMA rate, not the loads, is the limit
+    fma_units: int = 1
 
     @property
     def key(self) -> str:
         """Identifies code compatibility and tuning relevance: `znver4/avx512`."""
         return f"{self.mcpu or 'generic'}/{self.isa}"
+
+
+#: LLVM CPU names whose cores start two FMAs of their full vector width per cycle (AVX-512
+#: server parts with both ports, Zen 5's 512-bit datapath, and the AVX2 cores' two 256-bit
+#: ports); any other CPU counts one (Zen 4 splits a 512-bit FMA in two, client Ice Lake and
+#: Tiger Lake have one 512-bit port, and an unknown CPU is not assumed to have more)
+TWO_FMA_UNITS = frozenset({
+    "znver5", "skylake-avx512", "cascadelake", "cooperlake", "icelake-server", "sapphirerapids",
+    "emeraldrapids", "graniterapids", "graniterapids-d", "diamondrapids",
+    "haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "arrowlake",
+    "znver1", "znver2", "znver3"})
+
+
+def fma_units(mcpu: str, isa: str) -> int:
+    """Full-width vector FMAs per cycle of an LLVM CPU name for the vector ISA its code uses
+    (code for a narrower ISA than the CPU's own gets the narrower units: Zen 4 runs AVX2 at 2)."""
+    if mcpu in TWO_FMA_UNITS or (isa in ("avx2", "avx") and mcpu.startswith(("znver4", "icelake", "tigerlake",
+                                                                             "rocketlake"))):
+        return 2
+    return 1
 
 
 def cpu_info(target) -> CpuInfo:
@@ -164,7 +192,8 @@ def cpu_info(target) -> CpuInfo:
     else:
         lanes, registers, isa = 4, 16, "sse"
     cores = int(target.attrs.get("num-cores", 0) or config.load().num_threads)
-    return CpuInfo(lanes, registers, max(1, cores), isa, str(target.attrs.get("mcpu", "")))
+    mcpu = str(target.attrs.get("mcpu", ""))
+    return CpuInfo(lanes, registers, max(1, cores), isa, mcpu, fma_units(mcpu, isa))
 
 
 #: (L1 data, L2, L3) bytes assumed where the host does not say (a common x86 server core)

@@ -44,11 +44,11 @@ def test_the_host_target_runs_here():
 def test_the_host_target_leaves_out_what_this_cpu_hides(monkeypatch):
     """A VM may hide extensions of its CPU model (a KVM guest on Zen 5 reports no rdseed, which
     LLVM's znver5 has): "llvm" then builds without them, instead of code this CPU refuses."""
-    from tvm.target import codegen
+    from tvm.target import Target, codegen
 
     from cortex_tvm import target as target_module
     reported = target_module.host_isa()
-    model = set(codegen.llvm_get_cpu_features(make_target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})))
+    model = set(codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})))
     hideable = sorted(model & reported - {"sse", "sse2"})
     if not hideable:
         pytest.skip("LLVM's model of this CPU has no x86 extension to hide")
@@ -58,3 +58,7 @@ def test_the_host_target_leaves_out_what_this_cpu_hides(monkeypatch):
     assert f"-{hidden}" in [str(a) for a in target.attrs["mattr"]]
     assert hidden not in set(codegen.llvm_get_cpu_features(target))
     assert cannot_run_here(target) is None
+    # naming this CPU's model in a dict ("--mcpu native" in the cost data) means this CPU too
+    named = make_target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
+    assert f"-{hidden}" in [str(a) for a in named.attrs["mattr"]]
+    assert cannot_run_here(named) is None
