@@ -60,7 +60,7 @@ def main():
     Wc, bc = head_weights(args.hidden)
     target = ct.make_target("llvm")
     mod, make_inputs = build_classifier(encoder, Wc, bc, target)
-    vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=target, tir_pipeline=ct.TIR_PIPELINE), tvm.cpu())
     batch = trees[:args.batch]
     probs = vm["main"](*make_inputs(batch)).numpy()
     want = numpy_classifier(encoder, Wc, bc, batch)

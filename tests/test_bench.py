@@ -62,9 +62,13 @@ def test_quick_rows(quick):
             assert math.isfinite(row["ms"]) and row["wrong_batches"] == [] and len(row["batch_abs_err"]) == 3
     sgemm = result["sgemm"]
     assert len(sgemm) == 1 and math.isfinite(sgemm[0]["gflops"]) and sgemm[0]["gflops"] > 0
+    assert result["meta"]["peak_gflops"] == sgemm[0]["peak_gflops"] > 0
+    case = result["cases"][0]
+    assert case["cortex_tvm_pct_of_peak"] == pytest.approx(
+        case["cortex_tvm_pct_of_sgemm"] * sgemm[0]["gflops"] / sgemm[0]["peak_gflops"], rel=1e-6)
     meta = result["meta"]
     assert meta["threads"] == 2 and meta["tvm"] and len(meta["loadavg_end"]) == 3
-    for needle in ("sgemm", "hoisted leaves not counted) / sgemm", "TreeLSTM H=64 batch=10", "cortex_tvm", "numpy",
+    for needle in ("sgemm", "hoisted leaves not counted) / sgemm", "/ this CPU's FMA peak", "fp32 FMA peak", "TreeLSTM H=64 batch=10", "cortex_tvm", "numpy",
                    "max |err| vs the float64 reference"):
         assert needle in stdout
 
@@ -134,3 +138,26 @@ def test_precision_bf16_adds_the_bf16_rows(tmp_path):
     else:
         assert torch_bf16["wrong_batches"] == [] and 1e-5 < torch_bf16["max_abs_err"] < 1e-2
     assert "vs bf16" in proc.stdout and "tolerance 0.01" in proc.stdout
+
+
+def test_fma_peak_kernel_computes_its_fmas_in_registers():
+    """The peak's kernel does the FMAs it counts: acc <- acc * 0.999 + 0.001 from 0.5, `steps`
+    times on every lane of every chain and core, with no accumulator in heap memory."""
+    import tvm
+
+    import cortex_tvm as ct
+    from cortex_tvm.bench.peak import fma_kernel, fma_peak
+    from cortex_tvm.target import cpu_info
+    info = cpu_info("llvm")
+    func = fma_kernel(2, 6, info.lanes)
+    executable = tvm.compile(tvm.IRModule({"peak": func}), target=ct.make_target("llvm"),
+                             tir_pipeline=ct.TIR_PIPELINE)
+    assert "TVMBackendAllocWorkspace" not in executable.mod.inspect_source("ll")
+    out = tvm.runtime.tensor(np.zeros(2 * 6 * info.lanes, np.float32))
+    executable["peak"](out, 500)
+    want = 0.5                     # float64: a fused multiply-add rounds once, float32 numpy twice
+    for _ in range(500):
+        want = want * float(np.float32(0.999)) + float(np.float32(0.001))
+    np.testing.assert_allclose(out.numpy(), want, rtol=2e-6)
+    got = fma_peak(repeats=1)
+    assert got["lanes"] == info.lanes and got["chains"] == info.registers - 8 and math.isfinite(got["gflops"])

@@ -29,6 +29,7 @@ _COMPILE_SIDE = {
     "CompiledModel": ("cortex_tvm.runtime", "CompiledModel"), "load": ("cortex_tvm.runtime", "load"),
     "models": ("cortex_tvm.models", None), "ra": ("cortex_tvm.ra", None), "recipes": ("cortex_tvm.recipes", None),
     "compile_count": ("cortex_tvm.build", "compile_count"), "make_target": ("cortex_tvm.build", "make_target"),
+    "TIR_PIPELINE": ("cortex_tvm.tir_pipeline", "NAME"),
     "RecSchedule": ("cortex_tvm.schedule", "RecSchedule"), "ScheduleError": ("cortex_tvm.schedule", "ScheduleError"),
     **{name: ("cortex_tvm.frontend", name)
        for name in ("compile", "concat", "exp", "recursive", "relu", "sigmoid", "split", "tanh")},
@@ -52,6 +53,7 @@ def __dir__():
 __all__ = [
     "data", "linearize", "models", "ra", "Node", "load_ptb", "Linearized",
     "RecSchedule", "ScheduleError", "recipes", "CompiledModel", "compile_count", "make_target", "load", "__version__",
+    "TIR_PIPELINE",
     # a model as a plain recursive Python function (cortex_tvm.frontend)
     "recursive", "compile", "sigmoid", "tanh", "relu", "exp", "split", "concat",
 ]

@@ -26,7 +26,7 @@ import tvm
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as Tb
 
-from . import fast_math, ra
+from . import fast_math, ra, tir_pipeline
 from .adjoint_emit import StageEmitter
 from .adjoint_weights import emit_weight_read, index_arrays, weight_blocks
 from .linearize import NULL_SLOT
@@ -150,7 +150,7 @@ class LevelPass:
         self._arrays = threading.local()
 
     def _compile(self, func, name):
-        return tvm.compile(tvm.IRModule({name: func}), target=self.target)[name]
+        return tvm.compile(tvm.IRModule({name: func}), target=self.target, tir_pipeline=tir_pipeline.NAME)[name]
 
     def function(self, parallel: bool):
         if parallel not in self._functions:

@@ -15,7 +15,7 @@ import tvm
 import tvm_ffi
 from tvm.target import Target
 
-from . import config, dot_bf16, integrity, recipes
+from . import config, dot_bf16, integrity, recipes, tir_pipeline
 from .runtime import CompiledModel, model_weight_arrays
 from .schedule import RecSchedule, ScheduleError
 from .target import make_target
@@ -125,7 +125,7 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
         executable = _disk_load(disk) if disk else None
         if executable is None:
             with tvm.transform.PassContext(opt_level=3, config=pass_config):
-                executable = tvm.compile(mod, target=target)
+                executable = tvm.compile(mod, target=target, tir_pipeline=tir_pipeline.NAME)
             _compiles += 1
             if disk:
                 _disk_store(executable, disk)

@@ -171,17 +171,34 @@ def finish_bf16(rs: RecSchedule, dot: bool) -> RecSchedule:
     return rs.store_bf16()
 
 
+#: the default knobs of a bf16 build where they differ from fp32's.  On Zen 5 the 5-node tile
+#: fp32 takes (TreeLSTM H=256) is slower with bf16 weights: 0.88x-1.02x of 3 nodes with
+#: vdpbf16ps, 0.81x-0.95x storage-only (batch 1 to 64): the weight bytes are half, so the
+#: loads a larger tile saves matter less, and widening them takes registers the tile needs
+BF16_DEFAULTS = {"node_tile": 3, "k_unroll": 8}
+
+
+def _bf16_defaults(knobs: dict) -> dict:
+    """`knobs` with each of BF16_DEFAULTS moved first where it is a candidate."""
+    out = dict(knobs)
+    for name, value in BF16_DEFAULTS.items():
+        if value in out.get(name, ()):
+            out[name] = [value] + [v for v in out[name] if v != value]
+    return out
+
+
 def _bf16(base: Recipe, dot: bool) -> Recipe:
+    knobs = _bf16_defaults(base.knobs)
     if base.apply_fn is not None:
         inner = base.apply_fn
 
         def then_bf16(rs, **knobs):
             rs = (inner(rs, **knobs) if knobs else inner(rs)) or rs
             return finish_bf16(rs, dot)
-        return replace(base, apply_fn=then_bf16, precision="bf16", fp32_base=base, bf16_dot=dot)
+        return replace(base, apply_fn=then_bf16, knobs=knobs, precision="bf16", fp32_base=base, bf16_dot=dot)
     dot_step = ({"primitive": "dot_bf16", "args": {}, "optional": True},) if dot else ()
     return replace(base, steps=tuple(base.steps) + dot_step + ({"primitive": "store_bf16", "args": {}},),
-                   precision="bf16", fp32_base=base, bf16_dot=dot)
+                   knobs=knobs, precision="bf16", fp32_base=base, bf16_dot=dot)
 
 
 def _kind(value) -> str:

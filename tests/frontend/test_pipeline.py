@@ -30,7 +30,7 @@ def test_export_and_load(tmp_path):
 def test_relax_embedding():
     model = TracedModel(cells.tree_gru, _weights())
     mod, make_inputs = model.as_relax("llvm")
-    vm = relax.VirtualMachine(tvm.compile(mod, target=ct.make_target("llvm")), tvm.cpu())
+    vm = relax.VirtualMachine(tvm.compile(mod, target=ct.make_target("llvm"), tir_pipeline=ct.TIR_PIPELINE), tvm.cpu())
     got = vm["main"](*make_inputs(TREES)).numpy()
     np.testing.assert_allclose(got, model.reference(TREES), atol=1e-5, rtol=0)
 

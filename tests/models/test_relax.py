@@ -29,7 +29,7 @@ def sst():
 
 
 def _vm(mod):
-    return relax.VirtualMachine(tvm.compile(mod, target=ct.make_target("llvm")), tvm.cpu())
+    return relax.VirtualMachine(tvm.compile(mod, target=ct.make_target("llvm"), tir_pipeline=ct.TIR_PIPELINE), tvm.cpu())
 
 
 def test_as_relax_tree_lstm(sst):

@@ -12,7 +12,8 @@ from .irutil import loops_around
 
 K = tvm.tirx.ForKind
 AVX512 = CpuInfo(lanes=16, registers=32, cores=2, isa="avx512", mcpu="znver4")
-AVX2 = CpuInfo(lanes=8, registers=16, cores=2, isa="avx2", mcpu="haswell")
+AVX2 = CpuInfo(lanes=8, registers=16, cores=2, isa="avx2", mcpu="haswell", fma_units=2)
+ZEN5 = CpuInfo(lanes=16, registers=32, cores=2, isa="avx512", mcpu="znver5", fma_units=2)
 
 
 def _specialized(model):
@@ -40,8 +41,8 @@ def test_gemms_of_other_layouts():
     assert seq["input_gates_sum"].weight == "W_ih" and seq["hidden_gates_sum"].weight == "W_hh"
 
 
-@pytest.mark.parametrize("info,middle,want", [(AVX512, 5, [3, 2, 1]), (AVX2, 5, [2, 1]),
-                                              (AVX512, 1, [6, 4, 3, 2, 1]), (AVX2, 1, [6, 4, 3, 2, 1])])
+@pytest.mark.parametrize("info,middle,want", [(AVX512, 5, [5, 4, 3, 2, 1]), (AVX2, 5, [2, 1]),
+                                              (AVX512, 1, [6, 5, 4, 3, 2, 1]), (AVX2, 1, [6, 5, 4, 3, 2, 1])])
 def test_node_tiles_fit_the_register_file(info, middle, want):
     assert derive.node_tiles(middle, info) == want
     for t in want:
@@ -51,8 +52,34 @@ def test_node_tiles_fit_the_register_file(info, middle, want):
 def test_column_vectors_fit_registers_and_stack():
     assert derive.column_vectors(5, 3, 16, 32, most=4) == 1          # 15 accumulators
     assert derive.column_vectors(1, 3, 16, 32, most=4) == 4          # 12 accumulators, 768 B
-    assert derive.column_vectors(1, 6, 16, 32, most=8) == 2          # 6 x 3 x 64 B would hit 1 KiB
+    assert derive.column_vectors(1, 6, 16, 32, most=8) == 4          # 6 x 5 + 7 would pass 32 registers
     assert derive.column_vectors(5, 3, 8, 16, most=4) == 1           # spills, but never below one vector
+    # the stack limit: 33 accumulators of 64 B would pass 2 KiB even with registers to spare
+    assert not derive.fits(33, 1, 16, 64) and derive.fits(32, 1, 16, 64)
+
+
+@pytest.mark.parametrize("info,middle,tile,k_unroll", [
+    (AVX512, 5, 3, 8),        # one FMA unit (Zen 4): 3 nodes, 15 accumulators
+    (ZEN5, 5, 5, 4),          # two, and 3 x 5 is one column vector: the largest tile, 25 accumulators
+    (ZEN5, 1, 3, 8),          # 3 x 4 column vectors already: 3 nodes
+    (ZEN5, 4, 3, 4),          # ChildSum's forget gates: 3 x 4 x 2 = 24 accumulators, k unrolled 4
+    (AVX2, 5, 2, 8),          # AVX2's 16 registers hold 2 x 5 whatever the units
+    (AVX2, 1, 3, 8),
+])
+def test_default_node_tile_and_k_unroll_follow_the_fma_units(info, middle, tile, k_unroll):
+    space = derive.knob_space(middle, info)
+    assert space["node_tile"][0] == derive.default_node_tile(middle, info) == tile
+    assert sorted(space["node_tile"]) == sorted(derive.node_tiles(middle, info))
+    assert space["k_unroll"][0] == k_unroll and sorted(space["k_unroll"]) == [1, 4, 8]
+
+
+def test_fma_units_by_cpu():
+    from cortex_tvm.target import cpu_info
+    assert cpu_info({"kind": "llvm", "mcpu": "znver5"}).fma_units == 2
+    assert cpu_info({"kind": "llvm", "mcpu": "znver4"}).fma_units == 1
+    assert cpu_info({"kind": "llvm", "mcpu": "sapphirerapids"}).fma_units == 2
+    assert cpu_info({"kind": "llvm", "mcpu": "haswell"}).fma_units == 2
+    assert cpu_info({"kind": "llvm", "mcpu": "znver4", "mattr": ["-avx512f"]}).fma_units == 2   # AVX2 code
 
 
 def test_derived_ir_for_tree_lstm():

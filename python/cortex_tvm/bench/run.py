@@ -295,7 +295,7 @@ def bench(args) -> int:
             result.pop("system", None)
             row.update(result)
             if system == "sgemm":
-                what = f"{row['gflops']:.1f} GFLOP/s"
+                what = f"{row['gflops']:.1f} GFLOP/s, FMA peak {row['peak_gflops']:.1f} GFLOP/s"
             else:
                 row.update(check_roots(_load_roots(roots), case["ref"], tolerance_of(system)))
                 wrong = f"  WRONG in batches {row['wrong_batches']}" if row["wrong_batches"] else ""
@@ -326,7 +326,8 @@ def bench(args) -> int:
     meta["loadavg_end"] = list(os.getloadavg())
     meta["elapsed_s"] = round(time.time() - started, 1)
     meta["sgemm_gflops"] = sgemm_gflops
-    print_tables(rows, cases, systems, sgemm_gflops, args)
+    meta["peak_gflops"] = peak_gflops(runs)
+    print_tables(rows, cases, systems, sgemm_gflops, args, meta["peak_gflops"])
     with open(out_path, "w") as f:
         json.dump({"meta": meta, "sgemm": [r for r in runs if r["system"] == "sgemm" and "error" not in r],
                    "cases": [_case_record(c) for c in cases],
@@ -365,12 +366,18 @@ def _load_roots(path):
         return None
 
 
+def peak_gflops(runs):
+    """The best FMA peak (`bench/peak.py`) of the rounds' sgemm runs, or None."""
+    return max((r["peak_gflops"] for r in runs if r["system"] == "sgemm" and "peak_gflops" in r), default=None)
+
+
 def summarize(cases, runs, systems, skipped):
     """(rows: each system's best round per case, with its errors over every round; the lines of
     every wrong batch or non-finite time; the best sgemm GFLOP/s or None)."""
     rows, wrong = [], []
     ok = [r for r in runs if "error" not in r]
     sgemm_gflops = max((r["gflops"] for r in ok if r["system"] == "sgemm"), default=None)
+    peak = peak_gflops(ok)
     for case in cases:
         key = (case["model"], case["hidden"], case["batch"])
         where = f"{key[0]} H={key[1]} B={key[2]}"
@@ -418,13 +425,17 @@ def summarize(cases, runs, systems, skipped):
             flops = ours.get("runtime_flops", case["flops"])
             case["cortex_tvm_runtime_mflop"] = flops / 1e6
             case["cortex_tvm_pct_of_sgemm"] = 100 * (flops / (ours["ms"] * 1e-3) / 1e9) / sgemm_gflops
+            if peak:
+                case["cortex_tvm_pct_of_peak"] = 100 * (flops / (ours["ms"] * 1e-3) / 1e9) / peak
     return rows, wrong, sgemm_gflops
 
 
-def print_tables(rows, cases, systems, sgemm_gflops, args):
+def print_tables(rows, cases, systems, sgemm_gflops, args, peak=None):
     train = bool(getattr(args, "train", False))
     sg = f"{sgemm_gflops:.1f} GFLOP/s" if sgemm_gflops else "failed"
     print(f"\nsgemm (numpy float32 1024^3, {args.threads} threads): {sg}")
+    if peak:
+        print(f"this CPU's fp32 FMA peak (bench/peak.py, {args.threads} threads): {peak:.1f} GFLOP/s")
     if train:
         print(f"TRAINING STEPS: ms = one training step per batch (forward, loss = sum(roots * R), backward to the "
               f"gradients of every weight); GFLOP/s count {TRAIN_FLOPS_FACTOR}x the forward's useful FLOPs")
@@ -459,8 +470,10 @@ def print_tables(rows, cases, systems, sgemm_gflops, args):
             print(f"  {row['system']:17s} {_fmt_ms(row['ms'])} {ratio} {row['gflops']:8.1f} "
                   f"{row['max_abs_err']:10.1e}{grad}{flag}")
         if "cortex_tvm_pct_of_sgemm" in case:
+            of_peak = (f", / this CPU's FMA peak: {case['cortex_tvm_pct_of_peak']:.0f} %"
+                       if "cortex_tvm_pct_of_peak" in case else "")
             print(f"  cortex_tvm run-time work ({case['cortex_tvm_runtime_mflop']:.1f} MFLOP, hoisted leaves "
-                  f"not counted) / sgemm: {case['cortex_tvm_pct_of_sgemm']:.0f} %")
+                  f"not counted) / sgemm: {case['cortex_tvm_pct_of_sgemm']:.0f} %{of_peak}")
     print(f"\nmax |err| vs the float64 reference, every batch of every round "
           f"(tolerance {TOLERANCE} * max(1, max|ref|) per batch):")
     _print_verdicts(rows, systems, "max_abs_err", "wrong_batches",

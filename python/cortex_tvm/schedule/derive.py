@@ -42,9 +42,11 @@ from .core import SPATIAL as _SPATIAL
 #: product.  A child sum or an elementwise step of the zoo's usual sizes is far below it (a
 #: fork and join per level would buy nothing); an 8-child sum at H=512 reaches it
 PARALLEL_NODE_WORK = 4096
-#: LowerTVMBuiltin keeps a local buffer on the stack (so LLVM can promote it to registers)
-#: only below this size; a larger register tile becomes a heap workspace and runs 3x slower
-STACK_BYTES = 1024
+#: the largest register tile, in bytes, the build keeps on the stack (the whole AVX-512 register
+#: file, 32 x 64 B): TVM's LowerTVMBuiltin moves any allocation of 1 KB or more to a heap
+#: workspace, which LLVM cannot promote to registers (3x slower); the build's TIR pipeline
+#: (`tir_pipeline.KeepTilesOnStack`) keeps an allocation up to this size an alloca instead
+STACK_BYTES = 2048
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ def gemms(rs) -> list:
 def fits(accumulators: int, node_tile: int, lanes: int, registers: int) -> bool:
     """A register tile fits: its accumulators, one broadcast per node and one spare register in
     the register file, and the accumulators under the stack limit."""
-    return accumulators + node_tile + 1 <= registers and accumulators * lanes * 4 < STACK_BYTES
+    return accumulators + node_tile + 1 <= registers and accumulators * lanes * 4 <= STACK_BYTES
 
 
 def column_vectors(gemm_middle: int, node_tile: int, lanes: int, registers: int, most: int) -> int:
@@ -308,17 +310,44 @@ def reduction_tile(rs, name: str, info, lanes: int) -> tuple:
 def node_tiles(middle: int, info) -> list:
     """Node tiles whose GEMM tile with one column vector fits the registers, largest first.
 
-    AVX-512 (32 registers of 16 lanes), LSTM gates (middle 5): [3, 2, 1]: 3 x 5 accumulators
-    and 3 broadcasts; 4 x 5 would fit the registers but not the stack limit.  AVX2 (16 of 8): [2, 1].
+    AVX-512 (32 registers of 16 lanes), LSTM gates (middle 5): [5, 4, 3, 2, 1]: 5 x 5
+    accumulators and 5 broadcasts use 31 registers.  AVX2 (16 of 8): [2, 1].
     """
-    return [t for t in (6, 4, 3, 2, 1) if fits(t * middle, t, info.lanes, info.registers)] or [1]
+    return [t for t in (6, 5, 4, 3, 2, 1) if fits(t * middle, t, info.lanes, info.registers)] or [1]
+
+
+#: the node tile of the default point unless `default_node_tile` grows it
+SMALL_NODE_TILE = 3
+#: the most accumulators a tile's k loop is unrolled 8 times with (`default_k_unroll`)
+K_UNROLL_8_ACCUMULATORS = 16
 
 
 def default_node_tile(middle: int, info) -> int:
-    """The analytic default: 3 nodes per tile when that fits (the levels of real trees are
-    small, so larger tiles pay in padding), else the largest that does."""
+    """The analytic default node tile: SMALL_NODE_TILE when it fits (else the largest that
+    does), grown to the largest that fits on a CPU with two FMA units per core
+    (`CpuInfo.fma_units`) when that small tile holds a single column vector.
+
+    Each step of the k loop loads the tile's weight vectors and one broadcast per node.  With
+    two FMAs a cycle those loads are the limit, and a tile of one column vector (an LSTM's
+    five gates: 3 x 5 accumulators) can only cut them with more nodes: 5 x 5 on Zen 5,
+    TreeLSTM H=256, 1.38x faster at batch 10 and 1.41x at 64, equal at batch 1
+    (docs/benchmarks.md).  A tile that already spans several column vectors (TreeFC, TreeGRU:
+    3 x 4) keeps 3 nodes: there more nodes paid at batch 64 (1.26-1.36x) but cost 8-14% at
+    batch 1, where padding a level of one or two nodes to the tile is the larger cost; a
+    tuning log for the batch size picks them (the tuner's space holds every tile that fits)."""
     tiles = node_tiles(middle, info)
-    return 3 if 3 in tiles else tiles[0]
+    small = SMALL_NODE_TILE if SMALL_NODE_TILE in tiles else tiles[0]
+    if info.fma_units >= 2 and column_vectors(middle, small, info.lanes, info.registers, 4) == 1:
+        return tiles[0]
+    return small
+
+
+def default_k_unroll(accumulators: int) -> int:
+    """The k-loop unroll of the default point: 8, or 4 for a tile of more than
+    K_UNROLL_8_ACCUMULATORS accumulators, where the loads LLVM hoists ahead of 8 unrolled steps
+    no longer fit beside them and spill (AVX-512 on Zen 5: ChildSum's 3 x 4 x 2 tile 1.34x
+    faster at 4, TreeLSTM's 5 x 5 spill-free only at 4; an AVX2 tile holds at most 14)."""
+    return 8 if accumulators <= K_UNROLL_8_ACCUMULATORS else 4
 
 
 def knob_space(widest_middle: int, info, unrollable: bool = False) -> dict:
@@ -331,7 +360,10 @@ def knob_space(widest_middle: int, info, unrollable: bool = False) -> dict:
     default = default_node_tile(widest_middle, info)
     node_tile = [default] + [t for t in node_tiles(widest_middle, info) if t != default]
     lanes = [info.lanes] + ([info.lanes // 2] if info.lanes > 4 else [])
+    accumulators = default * widest_middle * column_vectors(widest_middle, default, info.lanes, info.registers, 4)
+    k_unroll = default_k_unroll(accumulators)
     return {"node_tile": node_tile, "max_column_vectors": [4, 2, 1, 8], "lanes": lanes,
-            "k_unroll": [8, 4, 1], "hoist": [True, False], "parallel_columns": [True, False],
+            "k_unroll": [k_unroll] + [k for k in (8, 4, 1) if k != k_unroll],
+            "hoist": [True, False], "parallel_columns": [True, False],
             "unroll_depth": [1, 2, 3], "persistent_threads": [False, True],
             **({"recursion_depth": [1, 2]} if unrollable else {})}

@@ -356,7 +356,7 @@ def vector_of(summary: ProgramSummary, stats, machine: Machine) -> list:
         nbytes = max(1.0, sum(g.bytes_per_thread for g in gemms))
         gemm_row = [mean(lambda g: g.tile.accumulators), mean(lambda g: g.tile.pressure - machine.registers),
                     max(g.tile.pressure for g in gemms) - machine.registers,
-                    mean(lambda g: float(g.tile.accumulators * g.lanes * 4 >= STACK_BYTES)),
+                    mean(lambda g: float(g.tile.accumulators * g.lanes * 4 > STACK_BYTES)),
                     mean(lambda g: g.tile.loads_per_fma), max(g.tile.loads_per_fma for g in gemms),
                     mean(lambda g: g.tile.k_unroll), mean(lambda g: g.lanes / lanes),
                     mean(lambda g: g.parallel_extent / cores), mean(balance), weight, float(len(gemms)),
