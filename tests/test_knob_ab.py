@@ -29,3 +29,13 @@ def test_the_line_names_the_size_that_ran(capsys):
     assert knob_ab.main(["--models", "mvrnn", "--hidden", "150", "--batch", "2", "--batches", "1",
                          "--repeats", "1", "--rounds", "1", "--knob", "persistent_threads=true"]) == 0
     assert capsys.readouterr().out.startswith("mvrnn H=64 batch=2: default ")
+
+
+def test_several_knobs_go_into_one_build(capsys):
+    assert knob_ab.main(["--models", "treefc", "--hidden", "16", "--batch", "3", "--batches", "1",
+                         "--repeats", "1", "--rounds", "1", "--knob", "node_tile=2", "k_unroll=4"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert ", node_tile=2,k_unroll=4 " in line
+    _, _, compiled = knob_ab.builds("treefc", 16, [("node_tile", 2), ("k_unroll", 4)], "llvm")
+    tiles = [s["args"] for s in compiled["node_tile=2,k_unroll=4"].trace if s["primitive"] == "tile_gemm"]
+    assert tiles and all(t["node_tile"] == 2 and t["k_unroll"] == 4 for t in tiles)

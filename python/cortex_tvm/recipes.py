@@ -172,9 +172,9 @@ def finish_bf16(rs: RecSchedule, dot: bool) -> RecSchedule:
 
 
 #: the default knobs of a bf16 build where they differ from fp32's.  On Zen 5 the 5-node tile
-#: fp32 takes (TreeLSTM H=256) is slower with bf16 weights: 0.88x-1.02x of 3 nodes with
-#: vdpbf16ps, 0.81x-0.95x storage-only (batch 1 to 64): the weight bytes are half, so the
-#: loads a larger tile saves matter less, and widening them takes registers the tile needs
+#: fp32 takes (TreeLSTM H=256) ran at 0.82x (batch 1) to 1.04x (batch 64) the speed of 3 nodes
+#: with vdpbf16ps, 0.78x to 1.01x storage-only: the weight bytes are half, so the loads a
+#: larger tile saves matter less (docs/benchmarks.md)
 BF16_DEFAULTS = {"node_tile": 3, "k_unroll": 8}
 
 

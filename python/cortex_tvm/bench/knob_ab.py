@@ -1,8 +1,9 @@
-"""One knob of the derived schedule, on and off, timed alternately in one process (a benchmark
-that prints, not a test): `python -m cortex_tvm.bench.knob_ab --knob persistent_threads=true`.
+"""Knobs of the derived schedule, set and not, timed alternately in one process (a benchmark
+that prints, not a test): `python -m cortex_tvm.bench.knob_ab --knob persistent_threads=true`,
+or several at once: `--knob node_tile=3 k_unroll=8`.
 
 Both builds start from what `compile()` builds without a tuning log (the derived schedule at
-its analytic point); the second sets the knob.  Every batch of both is checked against the float64
+its analytic point); the second sets the knobs.  Every batch of both is checked against the float64
 reference first.  The figure is the mean over batches of each batch's best time, best of
 `--rounds` rounds, the two builds alternating round by round.
 """
@@ -17,7 +18,7 @@ import numpy as np
 from .. import data, recipes
 from ..models import reference64
 from ..padding import compiled_form
-from ..target import make_target
+from ..target import host_llvm, make_target
 from ..timing import batches_of, best_of
 from .cases import MODEL_CLASSES, make_model, structures
 
@@ -32,17 +33,22 @@ def parse_knob(text: str) -> tuple:
         raise argparse.ArgumentTypeError(f"--knob {name}: {value!r} is not a JSON value (true, 2, ...)") from None
 
 
-def builds(name, hidden, knob, target):
+def builds(name, hidden, knobs, target, precision="fp32"):
+    """(model, SST trees, {"default": the analytic point, "k=v,...": it with `knobs` set})."""
     trees, vocab = data.sst_sample()
     model = make_model(name, hidden, len(vocab))
     tgt = make_target(target)
     kernel_model = compiled_form(model, tgt)
     default = recipes.resolve(kernel_model, tgt, None)      # what compile() builds without a log
-    if knob[0] not in default.knobs:
-        raise SystemExit(f"knob_ab: the derived schedule has no knob {knob[0]!r}; it has {sorted(default.knobs)}")
-    flipped = default.with_knobs(**dict([knob]))
-    return model, trees, {"default": model.compile(target=tgt, schedule=default),
-                          f"{knob[0]}={json.dumps(knob[1])}": model.compile(target=tgt, schedule=flipped)}
+    if isinstance(knobs, tuple):
+        knobs = [knobs]
+    for knob, _ in knobs:
+        if knob not in default.knobs:
+            raise SystemExit(f"knob_ab: the derived schedule has no knob {knob!r}; it has {sorted(default.knobs)}")
+    flipped = default.with_knobs(**dict(knobs))
+    label = ",".join(f"{knob}={json.dumps(value)}" for knob, value in knobs)
+    return model, trees, {"default": model.compile(target=tgt, schedule=default, precision=precision),
+                          label: model.compile(target=tgt, schedule=flipped, precision=precision)}
 
 
 def main(argv=None) -> int:
@@ -51,24 +57,31 @@ def main(argv=None) -> int:
     parser.add_argument("--hidden", nargs="+", type=int, default=[256],
                         help="hidden sizes (MV-RNN runs at most at 64, as in the bench; the line says the size run)")
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 10])
-    parser.add_argument("--knob", type=parse_knob, required=True, help="name=value, e.g. persistent_threads=true")
+    parser.add_argument("--knob", type=parse_knob, nargs="+", required=True,
+                        help="name=value ..., e.g. persistent_threads=true, or node_tile=3 k_unroll=8")
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--mcpu", default=None, help="build for this LLVM CPU instead (haswell: AVX2 code)")
+    parser.add_argument("--precision", default="fp32", choices=recipes.PRECISIONS)
+    parser.add_argument("--mattr", nargs="+", default=None,
+                        help="this CPU with LLVM attributes added, e.g. -avx512bf16: bf16 storage-only")
     args = parser.parse_args(argv)
     if args.mcpu is not None:
         args.target = {"kind": "llvm", "mcpu": args.mcpu}
+    if args.mattr is not None:
+        host = host_llvm()
+        args.target = {**host, "mattr": list(host.get("mattr", [])) + args.mattr}
     for name in args.models:
         for hidden in args.hidden:
-            model, trees, compiled = builds(name, hidden, args.knob, args.target)
+            model, trees, compiled = builds(name, hidden, args.knob, args.target, args.precision)
             for batch_size in args.batch:
                 batches = [structures(name, b) for b in batches_of(trees, batch_size, args.batches)]
                 want = [reference64(model, b) for b in batches]
                 for label, c in compiled.items():
                     err = max(float(np.abs(c(b) - w).max()) for b, w in zip(batches, want))
-                    if err > 1e-3:
+                    if err > recipes.ROOT_TOLERANCE[args.precision]:
                         print(f"knob_ab: {label} is wrong on {name} H={model.hidden_size} (max |err| {err:.3g})",
                               file=sys.stderr)
                         return 1
@@ -77,7 +90,8 @@ def main(argv=None) -> int:
                     for label, c in compiled.items():
                         best[label] = min(best[label], float(np.mean([best_of(c, b, args.repeats) for b in batches])))
                 base, other = best.values()
-                print(f"{name} H={model.hidden_size} batch={batch_size}: " + ", ".join(
+                what = "" if args.precision == "fp32" else f" {args.precision}"
+                print(f"{name} H={model.hidden_size}{what} batch={batch_size}: " + ", ".join(
                       f"{label} {seconds * 1e3:.3f} ms" for label, seconds in best.items())
                       + f"  (default / knob: {base / other:.3f})", flush=True)
     return 0

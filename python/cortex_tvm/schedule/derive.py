@@ -330,9 +330,9 @@ def default_node_tile(middle: int, info) -> int:
     Each step of the k loop loads the tile's weight vectors and one broadcast per node.  With
     two FMAs a cycle those loads are the limit, and a tile of one column vector (an LSTM's
     five gates: 3 x 5 accumulators) can only cut them with more nodes: 5 x 5 on Zen 5,
-    TreeLSTM H=256, 1.38x faster at batch 10 and 1.41x at 64, equal at batch 1
+    TreeLSTM H=256, 1.31x faster at batch 10 and 1.34x at 64, equal at batch 1
     (docs/benchmarks.md).  A tile that already spans several column vectors (TreeFC, TreeGRU:
-    3 x 4) keeps 3 nodes: there more nodes paid at batch 64 (1.26-1.36x) but cost 8-14% at
+    3 x 4) keeps 3 nodes: there 6 nodes paid at batch 10 and 64 (1.10-1.41x) but cost 6-13% at
     batch 1, where padding a level of one or two nodes to the tile is the larger cost; a
     tuning log for the batch size picks them (the tuner's space holds every tile that fits)."""
     tiles = node_tiles(middle, info)
@@ -345,7 +345,7 @@ def default_node_tile(middle: int, info) -> int:
 def default_k_unroll(accumulators: int) -> int:
     """The k-loop unroll of the default point: 8, or 4 for a tile of more than
     K_UNROLL_8_ACCUMULATORS accumulators, where the loads LLVM hoists ahead of 8 unrolled steps
-    no longer fit beside them and spill (AVX-512 on Zen 5: ChildSum's 3 x 4 x 2 tile 1.34x
+    no longer fit beside them and spill (AVX-512 on Zen 5: ChildSum's 3 x 4 x 2 tile 1.2x
     faster at 4, TreeLSTM's 5 x 5 spill-free only at 4; an AVX2 tile holds at most 14)."""
     return 8 if accumulators <= K_UNROLL_8_ACCUMULATORS else 4
 
