@@ -295,7 +295,9 @@ def bench(args) -> int:
             result.pop("system", None)
             row.update(result)
             if system == "sgemm":
-                what = f"{row['gflops']:.1f} GFLOP/s, FMA peak {row['peak_gflops']:.1f} GFLOP/s"
+                peak = (f"FMA peak {row['peak_gflops']:.1f} GFLOP/s" if "peak_gflops" in row
+                        else f"FMA peak failed: {row.get('peak_error')}")
+                what = f"{row['gflops']:.1f} GFLOP/s, {peak}"
             else:
                 row.update(check_roots(_load_roots(roots), case["ref"], tolerance_of(system)))
                 wrong = f"  WRONG in batches {row['wrong_batches']}" if row["wrong_batches"] else ""

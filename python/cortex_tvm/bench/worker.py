@@ -109,8 +109,12 @@ def run_sgemm(repeats, n=1024):
 
     best = min(per_batch_best(mm, [None] * 3, max(repeats, 5)))
     # the CPU's own FMA rate beside it: OpenBLAS's sgemm is well below it on some CPUs (Zen 5)
-    peak = fma_peak(repeats=max(repeats, 5))
-    return {"ms": best * 1e3, "gflops": 2.0 * n ** 3 / best / 1e9, "n": n, "peak_gflops": peak["gflops"]}
+    out = {"ms": best * 1e3, "gflops": 2.0 * n ** 3 / best / 1e9, "n": n}
+    try:
+        out["peak_gflops"] = fma_peak(repeats=max(repeats, 5))["gflops"]
+    except Exception as err:      # noqa: BLE001 - the sgemm figure stands without it; the row says why
+        out["peak_error"] = f"{type(err).__name__}: {err}"
+    return out
 
 
 def main(argv=None) -> int:
