@@ -51,7 +51,17 @@ def _on_cpu(func) -> bool:
 
 def keep_tiles_on_stack(func):
     """`func` with each constant-size global allocation of at most STACK_TILE_BYTES marked
-    `disable_lower_builtin` (a CPU function; any other is returned as it is)."""
+    `disable_lower_builtin` (a CPU function; any other is returned as it is).
+
+    Before (after TVM's s_tir pipeline, a 5 x 5 TreeLSTM tile of 16 lanes, 1600 B)::
+
+        gates_sum = T.alloc_buffer((5, 5, 16))
+
+    after::
+
+        gates_sum = T.alloc_buffer((5, 5, 16), annotations={"disable_lower_builtin": T.bool(True)})
+
+    so LowerTVMBuiltin leaves it an alloca instead of a TVMBackendAllocWorkspace call."""
     if not _on_cpu(func):
         return func
 
