@@ -40,8 +40,6 @@ def builds(name, hidden, knobs, target, precision="fp32"):
     tgt = make_target(target)
     kernel_model = compiled_form(model, tgt)
     default = recipes.resolve(kernel_model, tgt, None)      # what compile() builds without a log
-    if isinstance(knobs, tuple):
-        knobs = [knobs]
     for knob, _ in knobs:
         if knob not in default.knobs:
             raise SystemExit(f"knob_ab: the derived schedule has no knob {knob!r}; it has {sorted(default.knobs)}")

@@ -17,10 +17,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from .common import best_time
+
 #: FMA steps per call: long enough that a call's fork and join is noise (about 10 ms on 2 cores)
 STEPS = 200_000
 #: registers left free beside the accumulators (the two broadcast operands, the loop)
 FREE_REGISTERS = 8
+
+
+def _best_call(function, args, repeats: int) -> float:
+    """Seconds of the fastest of `repeats` calls of `function(*args)`, after one warm call
+    (which starts the thread pool)."""
+    function(*args)
+    return best_time(lambda a: function(*a), args, repeats)
 
 
 def fma_kernel(cores: int, chains: int, lanes: int):
@@ -49,8 +58,6 @@ def fma_kernel(cores: int, chains: int, lanes: int):
 def fma_peak(target="llvm", repeats: int = 5) -> dict:
     """{"gflops", "lanes", "chains", "cores"}: the best of `repeats` timed calls of `fma_kernel`
     for `target` (default: this CPU, every thread TVM's pool has)."""
-    import time
-
     import tvm
 
     from .. import tir_pipeline
@@ -61,12 +68,7 @@ def fma_peak(target="llvm", repeats: int = 5) -> dict:
     func = fma_kernel(info.cores, chains, info.lanes)
     executable = tvm.compile(tvm.IRModule({"peak": func}), target=tgt, tir_pipeline=tir_pipeline.NAME)
     out = tvm.runtime.tensor(np.zeros(info.cores * chains * info.lanes, np.float32))
-    executable["peak"](out, STEPS)                 # warm: the thread pool starts
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        executable["peak"](out, STEPS)
-        best = min(best, time.perf_counter() - start)
+    best = _best_call(executable["peak"], (out, STEPS), repeats)
     flops = 2.0 * info.cores * chains * info.lanes * STEPS
     return {"gflops": flops / best / 1e9, "lanes": info.lanes, "chains": chains, "cores": info.cores}
 
@@ -98,8 +100,6 @@ def read_kernel(cores: int, floats: int, lanes: int, chains: int = 8):
 def read_bandwidth(bytes_per_core: int, target="llvm", repeats: int = 5) -> dict:
     """{"gb_s_per_core", "bytes_per_core", "cores"}: how fast every core at once re-reads a
     slice of `bytes_per_core` (from L1, L2 or L3 by its size): what streaming a weight costs."""
-    import time
-
     import tvm
 
     from .. import tir_pipeline
@@ -113,12 +113,7 @@ def read_bandwidth(bytes_per_core: int, target="llvm", repeats: int = 5) -> dict
     data = tvm.runtime.tensor(np.ones(info.cores * floats, np.float32))
     out = tvm.runtime.tensor(np.zeros(info.cores * step, np.float32))
     reps = max(4, int(2e9 // (floats * 4 * info.cores)))       # about 2 GB read per call
-    executable["stream"](data, out, reps)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        executable["stream"](data, out, reps)
-        best = min(best, time.perf_counter() - start)
+    best = _best_call(executable["stream"], (data, out, reps), repeats)
     return {"gb_s_per_core": floats * 4 * reps / best / 1e9, "bytes_per_core": floats * 4, "cores": info.cores}
 
 
