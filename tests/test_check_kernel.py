@@ -10,6 +10,8 @@ import cortex_tvm as ct
 from cortex_tvm import check_kernel
 from cortex_tvm.plan import CHECK_FUNC
 
+from padded import compile_padded
+
 V = 40
 
 
@@ -17,7 +19,7 @@ V = 40
 def lstm():
     """TreeLSTM with hoisted leaf tables (leaf words checked) and node tiles > 1."""
     model = ct.models.TreeLSTM(hidden_size=16, vocab_size=V)
-    compiled = model.compile()
+    compiled = compile_padded(model)
     assert compiled.plan.hoisted and compiled.plan.node_tile > 1
     return compiled
 

@@ -8,6 +8,8 @@ import cortex_tvm as ct
 from cortex_tvm.linearize import linearize
 from cortex_tvm.linearize_arrays import linearize_parents
 
+from padded import compile_padded
+
 SHARED = ("level_offsets", "children", "num_children", "words", "roots", "tree_sizes")
 
 
@@ -237,7 +239,7 @@ def sst():
 @pytest.fixture(scope="module", params=["TreeLSTM", "TreeFC"])
 def compiled(request, sst):
     _, vocab = sst
-    return getattr(ct.models, request.param)(hidden_size=16, vocab_size=len(vocab)).compile()
+    return compile_padded(getattr(ct.models, request.param)(hidden_size=16, vocab_size=len(vocab)))
 
 
 def test_compiled_parents_equal_compiled_trees(compiled, sst):

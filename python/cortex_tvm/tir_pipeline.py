@@ -13,6 +13,12 @@ allocation of at most `STACK_TILE_BYTES` in a CPU function with TVM's own
 stays an `alloca`, and LLVM keeps it in registers when every access is at a
 constant index after unrolling.
 
+A kernel whose levels end in tails (`level_tails`) carries the function
+attribute `SEPARATE_TILES`; such a module is lowered without TVM's
+StorageRewrite, which would fold the tails' register tiles and the whole
+tiles' into one stack array that LLVM no longer promotes to registers
+(TreeLSTM H=256 on Zen 5: a level of one node 26 us instead of 13).
+
     tvm.compile(mod, target, tir_pipeline=tir_pipeline.NAME)
 
 `NAME` is registered with TVM on import, so a Relax module holding our
@@ -24,6 +30,7 @@ import tvm
 import tvm_ffi
 from tvm.tirx import compilation_pipeline
 
+from .level_tails import SEPARATE_TILES        # lower the module without StorageRewrite
 from .schedule.derive import STACK_BYTES as STACK_TILE_BYTES
 
 #: the name `tvm.compile(..., tir_pipeline=NAME)` takes
@@ -32,6 +39,8 @@ NAME = "cortex_tvm"
 # register file); a larger constant allocation (a level scratchpad) stays on TVM's allocator
 #: TVM's annotation (`tirx::transform::kDisableLowerTVMBuiltin`) that keeps an allocation an alloca
 DISABLE_LOWER_BUILTIN = "disable_lower_builtin"
+#: TVM's PassContext option that skips StorageRewrite
+_NO_STORAGE_REWRITE = "tirx.disable_storage_rewrite"
 
 
 def _bytes(buffer):
@@ -76,6 +85,11 @@ def keep_tiles_on_stack(func):
     return tvm_ffi.structural_map(func, [(tvm.tirx.AllocBuffer, on_alloc)], order="post")
 
 
+def _separate_tiles(func) -> bool:
+    attrs = getattr(func, "attrs", None)
+    return attrs is not None and bool(attrs.get(SEPARATE_TILES, False))
+
+
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="cortex_tvm.KeepTilesOnStack")
 def KeepTilesOnStack(func, mod, ctx):        # noqa: N802 - TVM's pass naming
     return keep_tiles_on_stack(func)
@@ -87,7 +101,12 @@ def _pipeline():
 
     @tvm.transform.module_pass(opt_level=0, name="cortex_tvm.pipeline")
     def pipeline(mod, ctx):
-        return KeepTilesOnStack(base(mod))
+        if not any(_separate_tiles(f) for f in mod.functions.values()):
+            return KeepTilesOnStack(base(mod))
+        config = {**ctx.config, _NO_STORAGE_REWRITE: True}
+        with tvm.transform.PassContext(opt_level=ctx.opt_level, config=config,
+                                       required_pass=list(ctx.required_pass), disabled_pass=list(ctx.disabled_pass)):
+            return KeepTilesOnStack(base(mod))
     return pipeline, finalize_host, finalize_device
 
 

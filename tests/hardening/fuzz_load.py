@@ -35,8 +35,16 @@ def exports(workdir):
 
 
 def _digest(path):
+    """The file's sha256; for meta.json, of its JSON content (whitespace between JSON tokens is
+    not content: a newline flipped to a tab loads the same export)."""
     with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        data = f.read()
+    if os.path.basename(path) == "meta.json":
+        try:
+            data = json.dumps(json.loads(data), sort_keys=True).encode()
+        except ValueError:
+            pass
+    return hashlib.sha256(data).hexdigest()
 
 
 def alter(directory, other, kind, name, position, bit):

@@ -13,6 +13,7 @@ import cortex_tvm as ct
 from cortex_tvm.data import Node, random_trees
 
 import reference as ref
+from padded import compile_padded
 
 H = 16
 
@@ -25,7 +26,7 @@ def sst():
 @pytest.fixture(scope="module")
 def fc(sst):
     model = ct.models.TreeFC(hidden_size=H, vocab_size=len(sst[1]))
-    return model, model.compile()
+    return model, compile_padded(model)
 
 
 def _run(script, env=None, timeout=180):

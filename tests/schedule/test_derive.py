@@ -61,8 +61,8 @@ def test_column_vectors_fit_registers_and_stack():
 @pytest.mark.parametrize("info,middle,tile,k_unroll", [
     (AVX512, 5, 3, 8),        # one FMA unit (Zen 4): 3 nodes, 15 accumulators
     (ZEN5, 5, 5, 4),          # two, and 3 x 5 is one column vector: the largest tile, 25 accumulators
-    (ZEN5, 1, 3, 8),          # 3 x 4 column vectors already: 3 nodes
-    (ZEN5, 4, 3, 4),          # ChildSum's forget gates: 3 x 4 x 2 = 24 accumulators, k unrolled 4
+    (ZEN5, 1, 6, 4),          # TreeFC, TreeGRU: 6 x 4 column vectors, 24 accumulators against 3 x 4's 12
+    (ZEN5, 4, 3, 4),          # ChildSum's gates: 3 x 4 x 2 = 24 accumulators, as many as 6 x 4 x 1: 3 nodes
     (AVX2, 5, 2, 8),          # AVX2's 16 registers hold 2 x 5 whatever the units
     (AVX2, 1, 3, 8),
 ])

@@ -80,7 +80,10 @@ def test_ir_before_and_after(sst):
     assert str(after.dtype) == "uint32" and [int(d) for d in after.shape] == [2, 32, 80]   # k pairs
     assert rs.plan.bf16_weights == ("U",) and rs.trace[-1].primitive == "dot_bf16"
     kernel, transform = rs.script().split("def cortex_transform_params")
-    update = [line for line in kernel.splitlines() if 'T.call_extern("float32x16", "cortex_dpbf16ps"' in line]
+    calls = [line for line in kernel.splitlines() if 'T.call_extern("float32x16", "cortex_dpbf16ps"' in line]
+    # one call per copy of the GEMM: the whole tiles of 3 nodes and the tails of 1 and 2 (level_tails)
+    assert len(calls) == 3 and sum("gates_sum_tail1[" in c for c in calls) == 1
+    update = [line for line in calls if "gates_sum_tail" not in line]
     assert len(update) == 1
     # the accumulators, 16 at a time; the state's pair, rounded once per node, broadcast; the
     # weight's 16 pairs

@@ -91,6 +91,8 @@ CASES = [
          (passes, "dense_index", ValueError)),
     Case("pad_levels", "TreeFC", specialized, (2,), {"multiple": 2},
          {"multiple": True}, "pad_levels: argument 'multiple' must be int, got bool True"),
+    Case("level_tails", "TreeFC", specialized, (2,), {"multiple": 2},
+         {"multiple": True}, "level_tails: argument 'multiple' must be int, got bool True"),
     Case("fast_math", "TreeFC", specialized, (), {},
          {"exact": False}, "fast_math: got an unexpected keyword argument 'exact'",
          (fast_math_module, "rewrite", TypeError)),

@@ -62,7 +62,7 @@ def test_guided_rounds_beat_random_search(fc32, monkeypatch):
     # every program of the space is scheduled once (0.2-0.3 s each): a 144-point part of it
     space = Space(fc32, ct.make_target({"kind": "llvm", "mcpu": "znver4"}),
                   knobs={"node_tile": [3, 2, 1], "max_column_vectors": [4, 2, 1], "k_unroll": [8, 1], "unroll_depth": [1],
-                         "persistent_threads": [False], "recursion_depth": [1]})
+                         "persistent_threads": [False], "recursion_depth": [1], "level_tails": [True]})
     assert space.size == 144
     trials = 32                                    # > the warm-up: most trials are guided
     guided = [best_after(space, trials, seed, True) for seed in range(4)]

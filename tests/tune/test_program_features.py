@@ -57,9 +57,16 @@ def test_the_register_tile_is_read_off_the_program(lstm_space, machine):
 
 
 def test_level_flops_and_padding_follow_the_batch_levels(lstm_space, machine):
-    """The level GEMM does 2 * (2H) * (5H) FLOPs per node slot; with a node tile of 2 the
-    levels 5, 3, 2, 1, 1 run as 6, 4, 2, 2, 2 slots."""
-    s = summary_of(lstm_space, machine, node_tile=2)
+    """The level GEMM does 2 * (2H) * (5H) FLOPs per node slot; with a node tile of 2 and
+    padded levels the levels 5, 3, 2, 1, 1 run as 6, 4, 2, 2, 2 slots; with tails
+    (level_tails) as 5, 3, 2, 1, 1: each tail's guard counts at the level's own size."""
+    tails = summary_of(lstm_space, machine, node_tile=2)
+    assert tails.node_tile == 2 and tails.padding_waste == 1.0
+    # the whole tiles' GEMM: 4, 2, 2, 0, 0 nodes; the tails' remainders 1, 1, 0, 1, 1 beside it
+    assert tails.flops_levels * tails.gemm.flop_share == pytest.approx(8 * 2 * (2 * H) * (5 * H))
+    exact = summary_of(lstm_space, machine, node_tile=1, level_tails=False)
+    assert tails.flops_levels == pytest.approx(exact.flops_levels)
+    s = summary_of(lstm_space, machine, node_tile=2, level_tails=False)
     padded = [6, 4, 2, 2, 2]
     assert s.padding_waste == pytest.approx(sum(padded) / sum(LEVELS))
     gemm_flops = sum(padded) * 2 * (2 * H) * (5 * H)

@@ -8,6 +8,7 @@ object (`rs.split`, `rs.get_loops`, ...) and applies to the blocks inside.
 """
 import tvm
 
+from .. import level_tails as _tails
 from ..check_kernel import check_function
 from ..lower import FUNC_NAME
 from ..plan import CHECK_FUNC
@@ -50,6 +51,7 @@ class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimit
 
     def finalize(self):
         """Split reduction inits off tiled blocks (s_tir requires this after `parallel`); with
+        `level_tails`, join each tail's parallel stage into the whole tiles' loop; with
         `persistent_threads`, give every stage scheduled since then its barrier.
 
         Called by the build; idempotent.
@@ -59,6 +61,8 @@ class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimit
                 b = self._block(block)
                 self.sch.decompose_reduction(b, self.sch.get_loops(b)[loop_position])
         self._pending_decompose = []
+        if self.tail_tile > 1:
+            self._rewrite(_tails.join_tails)
         if self.persistent_levels:
             self._rewrite(persistent_region)
         return self

@@ -26,6 +26,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 
+from .. import level_tails as _tails
 from .. import passes
 from ..lower import FUNC_NAME, TRANSFORM_FUNC, Lowered
 from ..plan import RuntimePlan
@@ -166,6 +167,8 @@ class RecScheduleCore:
         self.persistent_blocks = None
         #: the level loop runs as one parallel region of the CPU threads (persistent_threads)
         self.persistent_levels = False
+        #: the node tile whose remainders have their own copies of each stage (level_tails), 1: none
+        self.tail_tile = 1
         #: primitives applied after which the program can no longer be re-lowered
         self.scheduled: list = []
         #: (block, loop index) whose reduction init is split off at finalize
@@ -188,7 +191,7 @@ class RecScheduleCore:
         self.sch.work_on(FUNC_NAME)
 
     #: everything a primitive may change besides the IR (restored when one fails)
-    _STATE = ("lowered", "plan", "tiled", "unroll_depth", "bound_scopes", "persistent_blocks", "persistent_levels", "scheduled",
+    _STATE = ("lowered", "plan", "tiled", "unroll_depth", "bound_scopes", "persistent_blocks", "persistent_levels", "tail_tile", "scheduled",
               "_pending_decompose", "trace")
 
     def _snapshot(self):
@@ -271,7 +274,11 @@ class RecScheduleCore:
         out, stack = [], list(self.sch.get_child_blocks(self._block(scope)))
         while stack:
             b = stack.pop(0)
-            out.append(self.sch.get(b).name_hint)
+            name = self.sch.get(b).name_hint
+            if _tails.is_part(scope, name):         # the whole tiles' or a tail's stages (level_tails)
+                stack = list(self.sch.get_child_blocks(b)) + stack
+            else:
+                out.append(name)
         return out
 
     def _function_of(self, name: str):

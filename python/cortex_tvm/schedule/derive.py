@@ -11,6 +11,10 @@ register is and how many there are.  From that:
   and the GEMM becomes a register-tiled micro-kernel whose accumulators
   (node_tile x middle x column vectors) fit the register file, with its
   elementwise consumers computed inside the tile from the accumulators;
+- levels are not padded to the node tile (`level_tails`, knob level_tails): each level runs
+  its whole tiles, then its last `size % node_tile` nodes in a tile of that many, so a level
+  of one node costs one node's FLOPs (TreeLSTM H=256 on Zen 5: 1.17x faster at batch 1,
+  1.11x at 10, 1.07x at 64); recursive unrolling keeps the padding;
 - other reductions and elementwise stages are vectorized at the native width; a per-node
   matrix product whose broadcast operand is a weight row (MV-RNN's WM [A_l; A_r]) gets a
   register tile of rows x column vectors (`reduction_tile`);
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 import tvm
 import tvm_ffi
 
+from .. import level_tails as _tails
 from ..plan import FUNC_NAME
 from .core import REDUCE, ScheduleError
 from .core import SPATIAL as _SPATIAL
@@ -176,7 +181,8 @@ def _is_untransformed(rs, name):
 
 def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int | None = None,
            k_unroll: int = 8, hoist: bool = True, parallel_columns: bool = True,
-           unroll_depth: int = 1, persistent_threads: bool = False, recursion_depth: int = 1):
+           unroll_depth: int = 1, persistent_threads: bool = False, recursion_depth: int = 1,
+           level_tails: bool = True):
     """Apply the derived schedule to a fresh RecSchedule (see the module docstring); returns rs.
 
     recursion_depth > 1: CORTEX's recursive unrolling (`unroll_recursion`, one chunk of
@@ -184,7 +190,7 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
     lanes = lanes or info.lanes
     unrolled = recursion_depth > 1
     parallel_columns = parallel_columns and not unrolled
-    found = _prepare(rs, node_tile, hoist)
+    found = _prepare(rs, node_tile, hoist, level_tails and not unrolled)
     tiles = weight_tiles(found, node_tile, lanes, info.registers, max_column_vectors)
     for weight, tile in sorted(tiles.items()):
         if tile is not None:
@@ -194,8 +200,9 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
         rs.dense_index(name)
     for g in found:
         if tiles[g.weight] is not None and _is_untransformed(rs, g.block):
-            rs.tile_gemm(g.block, node_tile=node_tile, column_tile=tiles[g.weight], lanes=lanes,
-                         k_unroll=k_unroll)
+            # a tail's copy of the GEMM (level_tails) takes its r nodes in one tile
+            rs.tile_gemm(g.block, node_tile=_tails.node_set(g.block) or node_tile, column_tile=tiles[g.weight],
+                         lanes=lanes, k_unroll=k_unroll)
     if parallel_columns and info.cores > 1:
         for weight in sorted(w for w, t in tiles.items() if t is not None):
             rs.parallel_columns(weight)
@@ -225,8 +232,9 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
     return rs
 
 
-def _prepare(rs, node_tile: int, hoist: bool) -> list:
-    """derive's first steps (leaves specialized, maybe hoisted, fast math, levels padded): the GEMMs."""
+def _prepare(rs, node_tile: int, hoist: bool, level_tails: bool = True) -> list:
+    """derive's first steps (leaves specialized, maybe hoisted, fast math, levels split into
+    whole tiles and a tail, or padded): the GEMMs."""
     rs.specialize_leaves()
     if hoist and _leaves_compute(rs):
         try:
@@ -234,7 +242,10 @@ def _prepare(rs, node_tile: int, hoist: bool) -> list:
         except ScheduleError:
             pass               # the leaves read more than a word, or the tables are too large
     rs.fast_math()
-    rs.pad_levels(node_tile)
+    if level_tails:
+        rs.level_tails(node_tile)
+    else:
+        rs.pad_levels(node_tile)
     return gemms(rs)
 
 
@@ -324,22 +335,26 @@ K_UNROLL_8_ACCUMULATORS = 16
 
 def default_node_tile(middle: int, info) -> int:
     """The analytic default node tile: SMALL_NODE_TILE when it fits (else the largest that
-    does), grown to the largest that fits on a CPU with two FMA units per core
-    (`CpuInfo.fma_units`) when that small tile holds a single column vector.
+    does); on a CPU with two FMA units per core (`CpuInfo.fma_units`), the tile that holds the
+    most accumulators when that is more than the small one's (fewer nodes on a tie).
 
     Each step of the k loop loads the tile's weight vectors and one broadcast per node.  With
-    two FMAs a cycle those loads are the limit, and a tile of one column vector (an LSTM's
-    five gates: 3 x 5 accumulators) can only cut them with more nodes: 5 x 5 on Zen 5,
-    TreeLSTM H=256, 1.31x faster at batch 10 and 1.34x at 64, equal at batch 1
-    (docs/benchmarks.md).  A tile that already spans several column vectors (TreeFC, TreeGRU:
-    3 x 4) keeps 3 nodes: there 6 nodes paid at batch 10 and 64 (1.10-1.41x) but cost 6-13% at
-    batch 1, where padding a level of one or two nodes to the tile is the larger cost; a
-    tuning log for the batch size picks them (the tuner's space holds every tile that fits)."""
+    two FMAs a cycle those loads are the limit, and a larger tile cuts them per FMA.  On Zen 5
+    at H=256: TreeLSTM's 3 x 5 grows to 5 x 5 (25 accumulators: 1.31x faster at batch 10,
+    1.34x at 64), TreeFC's and TreeGRU's 3 x 4 column vectors to 6 x 4 (24: 1.12-1.45x at batch
+    10 and 64, equal or faster at 1, where levels end in tails, `level_tails`, not padding);
+    ChildSum's 3 x 4 x 2 stays (24 either way, and 6 x 4 x 1 measured 4-7% slower)
+    (docs/benchmarks.md).  A tuning log for the batch size can pick any other (the tuner's
+    space holds every tile that fits)."""
     tiles = node_tiles(middle, info)
     small = SMALL_NODE_TILE if SMALL_NODE_TILE in tiles else tiles[0]
-    if info.fma_units >= 2 and column_vectors(middle, small, info.lanes, info.registers, 4) == 1:
-        return tiles[0]
-    return small
+    if info.fma_units < 2:
+        return small
+
+    def accumulators(t):
+        return t * middle * column_vectors(middle, t, info.lanes, info.registers, 4)
+    most = max(tiles, key=lambda t: (accumulators(t), -t))
+    return most if accumulators(most) > accumulators(small) else small
 
 
 def default_k_unroll(accumulators: int) -> int:
@@ -364,6 +379,6 @@ def knob_space(widest_middle: int, info, unrollable: bool = False) -> dict:
     k_unroll = default_k_unroll(accumulators)
     return {"node_tile": node_tile, "max_column_vectors": [4, 2, 1, 8], "lanes": lanes,
             "k_unroll": [k_unroll] + [k for k in (8, 4, 1) if k != k_unroll],
-            "hoist": [True, False], "parallel_columns": [True, False],
+            "level_tails": [True, False], "hoist": [True, False], "parallel_columns": [True, False],
             "unroll_depth": [1, 2, 3], "persistent_threads": [False, True],
             **({"recursion_depth": [1, 2]} if unrollable else {})}

@@ -8,6 +8,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from .. import level_tails as _tails
 from .core import ScheduleError, primitive
 
 from ..plan import LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC
@@ -105,7 +106,12 @@ class KernelPrimitives:
         if self.bound_scopes or self.persistent_blocks is not None:
             raise ScheduleError("persistent_threads: a CPU primitive; this schedule binds GPU threads "
                                 "(the GPU's own is single_kernel(blocks))")
-        self._rewrite(persistent_region)
+        if self.tail_tile > 1:
+            # the tails' blocks open only when the schedule is finalized (level_tails); check
+            # now that the region can be made, and make it then
+            persistent_region(_tails.join_tails(self.func))
+        else:
+            self._rewrite(persistent_region)
         self.persistent_levels = True
         return self
 
@@ -245,7 +251,10 @@ def persistent_region(func):
 
 
 def _parallel_stage(stage):
-    """A stage of a level as a parallel loop ending in a barrier."""
+    """A stage of a level as a parallel loop ending in a barrier (under its test, for a tail's
+    stage that level_tails guards: the test reads only the level, so every thread takes it)."""
+    if isinstance(stage, tirx.IfThenElse) and stage.else_case is None and isinstance(stage.then_case, tirx.For):
+        return tirx.IfThenElse(stage.condition, _parallel_stage(stage.then_case), None)
     if not isinstance(stage, tirx.For):
         raise ScheduleError(f"a stage of a level is a {type(stage).__name__}, not a loop; it cannot be "
                             "shared among the threads")

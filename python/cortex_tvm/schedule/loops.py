@@ -7,6 +7,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from .. import level_tails as _tails
 from .core import REDUCE as _REDUCE
 from .core import SPATIAL as _SPATIAL
 from .core import ScheduleError, primitive, renamed
@@ -110,6 +111,8 @@ class LoopPrimitives:
         before = set(names[:names.index(block)])        # computed before the tile: ready
         placed = {block}
         for name in names[names.index(block) + 1:]:
+            if _tails.node_set(name) != _tails.node_set(block):
+                continue          # another tail's copy (level_tails): other nodes, independent of the tile
             b = self._block(name)
             if any(iv.iter_type == _REDUCE for iv in sch.get(b).iter_vars):
                 return                # another GEMM gets its own tile, not a place in this one
@@ -195,6 +198,8 @@ class LoopPrimitives:
         def is_node(e):
             if isinstance(e, tvm.ir.prim.expr.Add) and getattr(e.a, "source", None) is not None:
                 e = e.b                           # level_offsets[l] + j (not dense_index'ed)
+                if isinstance(e, tvm.ir.prim.expr.Add) and _tails.is_tail_base(e.a):
+                    e = e.b                       # a tail's node: level_offsets[l] + (base + j)
             return e.same_as(node_var)
         return all(is_node(idx[0]) and idx[-1].same_as(column_var)
                    and all(isinstance(x, tvm.tirx.IntImm) for x in idx[1:-1]) for idx in reads)

@@ -21,6 +21,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from ..level_tails import SEPARATE_TILES
 from ..schedule.derive import STACK_BYTES
 from ..target import Machine
 
@@ -37,7 +38,8 @@ PARALLEL, VECTORIZED, UNROLLED = (int(k) for k in (tirx.ForKind.PARALLEL, tirx.F
                                                     tirx.ForKind.UNROLLED))
 _ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Max, tirx.Min)
 _EVAL = {tirx.Add: operator.add, tirx.Sub: operator.sub, tirx.Mul: operator.mul,
-         tirx.FloorDiv: operator.floordiv, tirx.FloorMod: operator.mod, tirx.Max: max, tirx.Min: min}
+         tirx.FloorDiv: operator.floordiv, tirx.FloorMod: operator.mod, tirx.Max: max, tirx.Min: min,
+         tirx.EQ: lambda a, b: int(a == b)}
 
 
 @dataclass
@@ -77,6 +79,14 @@ def _flops(value) -> int:
             count[0] += 1
     tvm_ffi.structural_walk(value, [(t, on_arith) for t in _ARITH])
     return count[0]
+
+
+def _padded_to(func) -> int:
+    """The multiple the runtime pads level sizes to: the node tile, or 1 when the levels end
+    in tails (`level_tails`) instead."""
+    if func.attrs is not None and func.attrs.get(SEPARATE_TILES, False):
+        return 1
+    return _node_tile(func)
 
 
 def _node_tile(func) -> int:
@@ -172,6 +182,10 @@ def stores(func) -> list:
             tvm_ffi.structural_walk(value, (tvm.ir.TensorLoad, on_load))
             index_vars = set().union(*(_vars_of(i, binding) for i in stmt.indices)) if stmt.indices else set()
             out.append(Store(stage or "root", block, loops, index_vars, reads, _flops(value), accumulates))
+        elif isinstance(stmt, tirx.IfThenElse):
+            # a level's tail (level_tails): a loop of one trip when its guard holds, none else
+            guard = Loop(tirx.Var("guard", "int32"), tirx.Cast("int32", stmt.condition), int(tirx.ForKind.SERIAL))
+            visit(stmt.then_case, loops + [guard], binding, stage, block)
         elif hasattr(stmt, "body"):
             visit(stmt.body, loops, binding, stage, block)
         # other statements (evaluate, allocate without a body) hold no stores
@@ -287,11 +301,11 @@ FEATURES = len(NAMES)
 def summarize(func, stats, machine: Machine) -> ProgramSummary:
     """Walk the scheduled kernel `func` once and evaluate it on the batch shape `stats` (a
     WorkloadStats: every level above the leaves, the leaves, slots, levels and batch size)."""
-    node_tile = _node_tile(func)
+    node_tile, pad = _node_tile(func), _padded_to(func)
     all_stores = stores(stand_in(func))
     levels = [int(s) for s in stats.internal_levels] or [max(1, round(stats.level_mean))]
-    padded = [-(-s // node_tile) * node_tile for s in levels]
-    leaves = -(-int(round(stats.leaves or stats.level_max)) // node_tile) * node_tile
+    padded = [-(-s // pad) * pad for s in levels]
+    leaves = -(-int(round(stats.leaves or stats.level_max)) // pad) * pad
     base = {"S_leaves": leaves, "S_slots": int(stats.nodes) + 1, "S_levels": round(stats.levels) + 1,
             "S_batch": max(1, stats.batch_size), "S_max": int(stats.level_max)}
     per_batch = 1.0 / max(1, stats.batches)       # internal_levels pool every batch

@@ -84,7 +84,8 @@ class RPCMeasurer(Measurer):
             states = signature.states
 
             def lay_out(b):
-                return signature.layout(b, rs.plan.node_tile, rs.plan.dynamic_batching, kernel_model.vocab_bound)
+                return signature.layout(b, rs.plan.node_tile, rs.plan.dynamic_batching, kernel_model.vocab_bound,
+                                        rs.plan.unroll)      # recursive unrolling lays out its own levels
             name = kernel_names(rs.plan)[0]
             times = []
             for i, batch in enumerate(self.batches):
