@@ -2,7 +2,7 @@
 
 The lowered program has stage scopes (`leaves`, and `level` inside the
 serial level loop) holding one block per RA compute.  RecSchedule adds the
-recursion-specific primitives (families in program.py, layout.py, loops.py,
+recursion-specific primitives (families in program.py, layout.py, levels.py, loops.py,
 vectors.py, kernels.py, gpu.py); every `tvm.s_tir.Schedule` primitive is reachable on the same
 object (`rs.split`, `rs.get_loops`, ...) and applies to the blocks inside.
 """
@@ -16,6 +16,7 @@ from .core import RecScheduleCore, RuntimePlan, ScheduleError, Step
 from .gpu import GpuPrimitives
 from .kernels import KernelPrimitives, persistent_region, split_per_level
 from .layout import LayoutPrimitives
+from .levels import LevelPrimitives
 from .loops import LoopPrimitives
 from .program import ProgramPrimitives
 from .vectors import VectorPrimitives
@@ -23,7 +24,7 @@ from .vectors import VectorPrimitives
 __all__ = ["RecSchedule", "RuntimePlan", "ScheduleError", "Step", "split_per_level"]
 
 
-class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LoopPrimitives, VectorPrimitives,
+class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LevelPrimitives, LoopPrimitives, VectorPrimitives,
                   KernelPrimitives, RecScheduleCore):
     """A schedule of a lowered recursive program (see the module docstring)."""
 

@@ -8,7 +8,6 @@ import tvm_ffi
 
 from .. import dot_bf16 as _dot
 from .. import fast_math as _fast_math
-from .. import level_tails as _tails
 from .. import passes
 from ..lower import FUNC_NAME, TRANSFORM_FUNC
 from .core import REDUCE as _REDUCE
@@ -155,82 +154,6 @@ class LayoutPrimitives:
             names.extend(buf.name for buf in b.alloc_buffers)
         tvm_ffi.structural_walk(self.func, (tvm.s_tir.stmt.SBlock, on_block), order="pre")
         return names
-
-    @primitive
-    def pad_levels(self, multiple: int):
-        """Pad every level to a multiple of `multiple` nodes, so node loops split by it need no bounds check.
-
-        The linearizer adds pad rows (children at the null node) to each level;
-        the node-loop extents become `(lo[l+1] - lo[l]) // multiple * multiple`,
-        which TVM can prove divisible, so `split(node_loop, [None, multiple])`
-        adds no `T.where`.
-
-        Requires: not padded already.
-
-        Examples
-        --------
-        Before::
-
-            for j, r in T.grid(level_offsets[l + 1] - level_offsets[l], 1280): ...
-
-        ``rs.pad_levels(3)``; after::
-
-            for j, r in T.grid((level_offsets[l + 1] - level_offsets[l]) // 3 * 3, 1280): ...
-        """
-        if multiple < 1:
-            raise ScheduleError(f"pad_levels: multiple must be a positive int, got {multiple!r}")
-        if self.plan.node_tile != 1:
-            raise ScheduleError(f"pad_levels: levels are already padded to {self.plan.node_tile}")
-        if self.tail_tile != 1:
-            raise ScheduleError(f"pad_levels: levels already end in tails (level_tails({self.tail_tile}))")
-        if multiple > MIN_DENSE_ROWS:
-            raise ScheduleError(f"pad_levels: multiple {multiple} > {MIN_DENSE_ROWS} is not supported")
-        self._rewrite(lambda f: passes.pad_level_extents(f, multiple))
-        self.plan = replace(self.plan, node_tile=multiple)
-        return self
-
-    @primitive
-    def level_tails(self, multiple: int):
-        """Run each level's whole tiles of `multiple` nodes, then its last nodes in one tile of their own.
-
-        Levels are not padded.  Every stage of the leaves and of a level gets
-        a copy per remainder r in 1..multiple-1 (blocks `<block>_tail<r>`, own
-        scratchpads) whose node loop is the constant r, after the whole
-        tiles' `(size // multiple) * multiple` nodes, guarded by `size %
-        multiple == r`: a tile of r nodes for the last r, so a level of one
-        node costs one node's FLOPs, not a padded tile's.  The guard is each
-        copy's block predicate while scheduling; when the schedule is
-        finalized it moves to an `if` around the stage, and a copy's parallel
-        stage joins the one before it (one fork and join for the tiles and
-        the tail).  tile_gemm a copy's GEMM with node_tile=r (derive does).
-
-        Requires: levels not padded (no pad_levels); multiple <= MIN_DENSE_ROWS.
-
-        Examples
-        --------
-        Before::
-
-            for j, r in T.grid(level_offsets[l + 1] - level_offsets[l], 1280): ...   # "gates_sum"
-
-        ``rs.level_tails(3)``; after::
-
-            for j, r in T.grid((level_offsets[l + 1] - level_offsets[l]) // 3 * 3, 1280): ...
-            for j, r in T.grid(1, 1280):                                       # "gates_sum_tail1"
-                T.where((level_offsets[l + 1] - level_offsets[l]) % 3 == 1)   # node: // 3 * 3 + j
-            for j, r in T.grid(2, 1280): ...                                   # "gates_sum_tail2"
-        """
-        if multiple < 1:
-            raise ScheduleError(f"level_tails: multiple must be a positive int, got {multiple!r}")
-        if self.plan.node_tile != 1:
-            raise ScheduleError(f"level_tails: levels are already padded to {self.plan.node_tile}")
-        if self.tail_tile != 1:
-            raise ScheduleError(f"level_tails: levels already end in tails (level_tails({self.tail_tile}))")
-        if multiple > MIN_DENSE_ROWS:
-            raise ScheduleError(f"level_tails: multiple {multiple} > {MIN_DENSE_ROWS} is not supported")
-        if multiple > 1:
-            self._rewrite(lambda f: _tails.split(passes.pad_level_extents(f, multiple), multiple))
-        self.tail_tile = multiple
-        return self
 
     @primitive
     def fast_math(self):
