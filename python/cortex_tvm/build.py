@@ -147,9 +147,15 @@ def schedule_model(model, target, schedule=None, bf16_dot: bool = True):
         recipe = recipes.for_target(recipe, target)
     elif recipe.bf16_dot:
         recipe = recipes.for_target(recipe, None)
+    tried = []
+
+    def kept():                     # fitted's last schedule is the one its recipe applied to
+        tried.append(fresh())
+        return tried[-1]
     if recipe.knobs:
         try:
-            recipe = recipe.fitted(fresh)
+            recipe = recipe.fitted(kept)
+            return tried[-1].finalize(), recipe
         except ScheduleError as err:
             if schedule is not None:
                 raise

@@ -343,8 +343,11 @@ def default_node_tile(middle: int, info) -> int:
     at H=256: TreeLSTM's 3 x 5 grows to 5 x 5 (25 accumulators: 1.31x faster at batch 10,
     1.34x at 64), TreeFC's and TreeGRU's 3 x 4 column vectors to 6 x 4 (24: 1.12-1.45x at batch
     10 and 64, equal or faster at 1, where levels end in tails, `level_tails`, not padding);
-    ChildSum's 3 x 4 x 2 stays (24 either way, and 6 x 4 x 1 measured 4-7% slower)
-    (docs/benchmarks.md).  A tuning log for the batch size can pick any other (the tuner's
+    ChildSum's 3 x 4 x 2 stays (24 either way, and 6 x 4 x 1 measured 4-7% slower).  The
+    sequences and DAG-RNN take 6 x 4 too (1.08-1.36x at batch 10 and 64; at batch 1 the
+    sequences 1-2% slower, DAG-RNN 5% faster);
+    MV-RNN, whose cost is its per-node matrix product, runs 3-5% slower with it at batch 1
+    and 64 (docs/benchmarks.md).  A tuning log for the batch size can pick any other (the tuner's
     space holds every tile that fits)."""
     tiles = node_tiles(middle, info)
     small = SMALL_NODE_TILE if SMALL_NODE_TILE in tiles else tiles[0]

@@ -8,6 +8,7 @@ import tvm_ffi
 
 from .. import dot_bf16 as _dot
 from .. import fast_math as _fast_math
+from .. import level_tails as _tails
 from .. import passes
 from ..lower import FUNC_NAME, TRANSFORM_FUNC
 from .core import REDUCE as _REDUCE
@@ -147,11 +148,11 @@ class LayoutPrimitives:
 
     def scratchpads(self) -> list:
         """Names of the kernel's per-node intermediate buffers (the transform function's are
-        indexed by word from the start: dense already)."""
+        indexed by word from the start, a level tail's by its place in the tail: dense already)."""
         names = []
 
         def on_block(b):
-            names.extend(buf.name for buf in b.alloc_buffers)
+            names.extend(buf.name for buf in b.alloc_buffers if not _tails.node_set(buf.name))
         tvm_ffi.structural_walk(self.func, (tvm.s_tir.stmt.SBlock, on_block), order="pre")
         return names
 

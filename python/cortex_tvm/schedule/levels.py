@@ -61,9 +61,11 @@ class LevelPrimitives:
         nodes after them: a tile of r nodes for the last r, so a level of one
         node costs one node's FLOPs, not a padded tile's.  Schedule a copy as
         the original, with node_tile=r for its GEMM (derive does).  When the
-        schedule is finalized the blocks open: each copy's stages run right
-        after the whole tiles' under their guard, a parallel one inside the
-        same parallel loop (one fork and join for the tiles and the tail).
+        schedule is finalized the blocks open: stage k of each copy runs right
+        after stage k of the whole tiles, under its guard, and a parallel one
+        joins the whole tiles' parallel loop when the extents match (one fork
+        and join for the tiles and the tail; else its own, taken only when the
+        level leaves its remainder).
 
         Requires: levels neither padded (pad_levels) nor split already;
         multiple <= MIN_DENSE_ROWS.
