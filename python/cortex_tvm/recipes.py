@@ -171,24 +171,11 @@ def finish_bf16(rs: RecSchedule, dot: bool) -> RecSchedule:
     return rs.store_bf16()
 
 
-#: the default knobs of a bf16 build where they differ from fp32's.  On Zen 5 the 5-node tile
-#: fp32 takes (TreeLSTM H=256) ran at 0.82x (batch 1) to 1.04x (batch 64) the speed of 3 nodes
-#: with vdpbf16ps, 0.78x to 1.01x storage-only: the weight bytes are half, so the loads a
-#: larger tile saves matter less (docs/benchmarks.md)
-BF16_DEFAULTS = {"node_tile": 3, "k_unroll": 8}
-
-
-def _bf16_defaults(knobs: dict) -> dict:
-    """`knobs` with each of BF16_DEFAULTS moved first where it is a candidate."""
-    out = dict(knobs)
-    for name, value in BF16_DEFAULTS.items():
-        if value in out.get(name, ()):
-            out[name] = [value] + [v for v in out[name] if v != value]
-    return out
-
-
 def _bf16(base: Recipe, dot: bool) -> Recipe:
-    knobs = _bf16_defaults(base.knobs)
+    # the fp32 defaults: with levels that end in tails, fp32's larger tiles are faster in bf16
+    # too (TreeLSTM H=256, Zen 5: 5 nodes 1.08-1.13x with vdpbf16ps, 1.02-1.05x storage-only;
+    # TreeGRU 6 nodes 1.08-1.12x at batch 10 and 64, 3% slower at 1; docs/benchmarks.md)
+    knobs = base.knobs
     if base.apply_fn is not None:
         inner = base.apply_fn
 
