@@ -31,6 +31,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from . import passes
+
 SCOPES = ("leaves", "level")
 #: the kernel attribute that has `tir_pipeline` lower it without StorageRewrite
 SEPARATE_TILES = "cortex_tvm.separate_tiles"
@@ -45,14 +47,6 @@ def node_set(block: str) -> int:
     """0 for a block of the whole tiles, r for one of the copy that takes a remainder of r nodes."""
     m = _TAIL.search(block)
     return int(m.group(1)) if m else 0
-
-
-def _is_level_offset_load(e) -> bool:
-    return isinstance(e, tvm.ir.TensorLoad) and e.source.name == "level_offsets"
-
-
-def _is_level_size(e) -> bool:
-    return isinstance(e, tvm.ir.prim.expr.Sub) and _is_level_offset_load(e.a) and _is_level_offset_load(e.b)
 
 
 def _nest(stage):
@@ -70,7 +64,7 @@ def _nest(stage):
 def is_tail_base(e) -> bool:
     """Whether `e` is where a tail starts in its level, `(lo[l + 1] - lo[l]) // t * t`."""
     return (isinstance(e, tvm.ir.prim.expr.Mul) and isinstance(e.a, tvm.ir.prim.expr.FloorDiv)
-            and _is_level_size(e.a.a) and isinstance(e.b, tirx.IntImm))
+            and passes.is_level_size(e.a.a) and isinstance(e.b, tirx.IntImm))
 
 
 def _whole_tiles(extent, multiple: int) -> bool:
@@ -119,8 +113,8 @@ def _copy(stage, remainder: int, multiple: int, scratchpads: dict):
                                           (tvm.ir.TensorRegion, on_region)], order="post")
 
     fresh = {v: tirx.Var(v.name, v.ty) for v in _defined_vars(stage)}
-    nodes = remainder           # a constant: the tile of r nodes needs no bounds check
-    iter_vars = [tirx.IterVar(tvm.ir.Range.from_min_extent(0, nodes) if i == 0 else iv.dom, iv.var,
+    # a constant r nodes: the tile of r nodes needs no bounds check
+    iter_vars = [tirx.IterVar(tvm.ir.Range.from_min_extent(0, remainder) if i == 0 else iv.dom, iv.var,
                               iv.iter_type, iv.thread_tag) for i, iv in enumerate(block.iter_vars)]
     new_block = tvm.s_tir.stmt.SBlock(
         iter_vars, [moved(r) for r in block.reads], [moved(w) for w in block.writes],
@@ -128,7 +122,7 @@ def _copy(stage, remainder: int, multiple: int, scratchpads: dict):
         block.alloc_buffers, block.match_buffers, block.annotations)
     stmt = tvm.s_tir.stmt.SBlockRealize(realize.iter_values, realize.predicate, new_block)
     for i, lp in reversed(list(enumerate(loops))):
-        stmt = tirx.For(lp.loop_var, lp.min, nodes if i == 0 else lp.extent, lp.kind, stmt,
+        stmt = tirx.For(lp.loop_var, lp.min, remainder if i == 0 else lp.extent, lp.kind, stmt,
                         lp.thread_binding, lp.annotations)
     return _map_vars(stmt, fresh)
 
@@ -206,14 +200,10 @@ def _scope(name, stages, allocs, guard=None):
     body = tirx.SeqStmt(stages) if len(stages) > 1 else stages[0]
     tvm_ffi.structural_walk(body, (tvm.s_tir.stmt.SBlock, on_block))
     inside = {a.name for a in allocs}
-    whole = [_whole(buf) for n, buf in reads.items() if n not in inside and n not in writes]
-    block = tvm.s_tir.stmt.SBlock([], whole, [_whole(buf) for n, buf in writes.items() if n not in inside],
+    whole = [passes.whole_region(buf) for n, buf in reads.items() if n not in inside and n not in writes]
+    block = tvm.s_tir.stmt.SBlock([], whole, [passes.whole_region(buf) for n, buf in writes.items() if n not in inside],
                                   name, body, None, allocs, [], {})
     return tvm.s_tir.stmt.SBlockRealize([], tirx.IntImm("bool", 1) if guard is None else guard, block)
-
-
-def _whole(buffer):
-    return tirx.BufferRegion(buffer, [tvm.ir.Range.from_min_extent(0, d) for d in buffer.shape])
 
 
 def _realizes(stmt) -> list:

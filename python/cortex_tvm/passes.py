@@ -200,8 +200,18 @@ def _param(func, name):
     raise ValueError(f"no parameter named {name!r}; parameters are {[p.name for p in func.params]}")
 
 
-def _is_level_offset_load(e):
+def is_level_offset_load(e) -> bool:
     return isinstance(e, tvm.ir.TensorLoad) and e.source.name == "level_offsets"
+
+
+def is_level_size(e) -> bool:
+    """Whether `e` is a level's size, `level_offsets[l + 1] - level_offsets[l]`."""
+    return isinstance(e, tvm.ir.prim.expr.Sub) and is_level_offset_load(e.a) and is_level_offset_load(e.b)
+
+
+def whole_region(buffer):
+    """The region of all of `buffer` (a block's read or write of it, whole)."""
+    return tirx.BufferRegion(buffer, [tvm.ir.Range.from_min_extent(0, d) for d in buffer.shape])
 
 
 def pad_level_extents(func, multiple: int):
@@ -212,7 +222,7 @@ def pad_level_extents(func, multiple: int):
     `multiple` is exact, so no bounds check is left inside the node tile.
     """
     def on_sub(e):
-        if _is_level_offset_load(e.a) and _is_level_offset_load(e.b):
+        if is_level_size(e):
             return tirx.floordiv(e, multiple) * multiple
         return e
     return tvm_ffi.structural_map(func, (tvm.ir.prim.expr.Sub, on_sub), order="post")
@@ -245,7 +255,7 @@ def dense_index(func, name: str, max_level_size, min_rows: int):
     new = tirx.decl_buffer([rows] + list(old.shape[1:]), old.dtype, name=name)
 
     def position(first_index):
-        if isinstance(first_index, tvm.ir.prim.expr.Add) and _is_level_offset_load(first_index.a):
+        if isinstance(first_index, tvm.ir.prim.expr.Add) and is_level_offset_load(first_index.a):
             return first_index.b
         raise ValueError(f"{name!r} is accessed at {first_index}, not at level_offsets[l] + position")
 

@@ -9,6 +9,7 @@ import tvm_ffi
 from tvm import tirx
 
 from .. import level_tails as _tails
+from .. import passes
 from .core import ScheduleError, primitive
 
 from ..plan import LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC
@@ -237,7 +238,7 @@ def persistent_region(func):
     new_level = _with_block(level, body=tirx.SeqStmt(new_stages) if len(new_stages) > 1 else new_stages[0],
                             alloc_buffers=[b for b in level.alloc_buffers if not any(b.same_as(x) for x in shared)],
                             # written by the level: TVM then allocates them above the level loop
-                            writes=list(level.writes) + [_whole(b) for b in shared])
+                            writes=list(level.writes) + [passes.whole_region(b) for b in shared])
 
     def on_block(b):
         return new_level if b.same_as(level) else b
@@ -291,10 +292,6 @@ def _shared_scratchpads(level, stages):
         return names
     per_stage = [touched(s) for s in stages]
     return [b for b in level.alloc_buffers if sum(b.name in t for t in per_stage) > 1]
-
-
-def _whole(buffer):
-    return tirx.BufferRegion(buffer, [tvm.ir.Range.from_min_extent(0, d) for d in buffer.shape])
 
 
 def _annotated(loop, kind=None, drop=None, **annotations):

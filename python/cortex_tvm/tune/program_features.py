@@ -21,6 +21,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from .. import passes
 from ..level_tails import SEPARATE_TILES
 from ..schedule.derive import STACK_BYTES
 from ..target import Machine
@@ -93,11 +94,8 @@ def _node_tile(func) -> int:
     """The multiple the program divides level sizes by (`pad_level_extents`), 1 when none."""
     found = []
 
-    def is_offset(e):
-        return isinstance(e, tvm.ir.TensorLoad) and e.source.name == "level_offsets"
-
     def on_div(e):
-        if isinstance(e.a, tirx.Sub) and is_offset(e.a.a) and is_offset(e.a.b) and isinstance(e.b, tirx.IntImm):
+        if passes.is_level_size(e.a) and isinstance(e.b, tirx.IntImm):
             found.append(int(e.b.value))
     tvm_ffi.structural_walk(func.body, (tirx.FloorDiv, on_div))
     return max(found) if found else 1
