@@ -168,9 +168,7 @@ def test_cost_data_retimes_outliers_and_keeps_what_repeats():
 
 def test_cost_data_collect_writes_one_row_per_point_and_resumes(tmp_path):
     import json
-    from cortex_tvm.bench.cost_data import collect
-    out = tmp_path / "runs.jsonl"
-    from cortex_tvm.bench.cost_data import cpu_name, refeature
+    from cortex_tvm.bench.cost_data import collect, cpu_name, refeature
     out = tmp_path / "runs.jsonl"
     collect(str(out), ["treefc"], [16], ["native"], batch_sizes=(2,), points=2, repeats=1, trees="generated",
             progress=None)
@@ -178,7 +176,7 @@ def test_cost_data_collect_writes_one_row_per_point_and_resumes(tmp_path):
     assert len(rows) == 2 and sum(r["default"] for r in rows) == 1
     group = f"treefc/16/{cpu_name('native')}/2/generated"
     assert all(r["group"] == group and r["error"] is None and r["seconds"] > 0 for r in rows)
-    assert all(len(r["features"]) == FEATURES and r["timings"][0] > 0 for r in rows)
+    assert all(len(r["features"]) == FEATURES and r["timings"][0] > 0 and r["rounds"] == 3 for r in rows)
     assert all(r["stats"]["hidden"] == 16 and r["machine"]["cores"] >= 1 for r in rows)   # the kernel's size
     collect(str(out), ["treefc"], [16], ["native"], batch_sizes=(2,), points=2, repeats=1, trees="generated",
             progress=None)
@@ -190,3 +188,31 @@ def test_cost_data_collect_writes_one_row_per_point_and_resumes(tmp_path):
     (renamed,) = refeature([legacy], progress=None)
     assert renamed["group"] == "treefc/16/znver4/2/sst" and renamed["machine"]["l2"] == 1024 * 1024
     assert renamed["key"].startswith("treefc/16/znver4/2/sst/") and len(renamed["features"]) == FEATURES
+    # a row timed before levels ended in tails describes the padded program it timed
+    default = next(r for r in rows if r["default"])       # a node tile of 6: levels pad or end in tails
+    before_tails = {**default, "knobs": {k: v for k, v in default["knobs"].items() if k != "level_tails"}}
+    padded = {**default, "knobs": {**default["knobs"], "level_tails": False}}
+    assert default["knobs"]["level_tails"] is True and default["knobs"]["node_tile"] > 1
+    (old_row, padded_row) = refeature([before_tails, padded], progress=None)
+    assert old_row["features"] == padded_row["features"] != default["features"]
+
+
+def test_alternate_times_builds_in_turn_and_keeps_each_batchs_best():
+    """A slow spell of the machine falls on every build, not on the one timed during it; each
+    batch keeps its best over the rounds (DESIGN.md: the mean over batches of each batch's best)."""
+    import time
+    from cortex_tvm.bench.common import alternate
+    calls = []
+    # per round and build: a warm-up call on batch 0, then batch 0 and batch 1 (repeats=1);
+    # "x" is slow on batch 0 in round 1 and on batch 1 in round 2
+    sleeps = {"x": iter([0, 0.02, 0.001, 0, 0.001, 0.02]), "y": iter([0.0] * 6)}
+
+    def build(label):
+        def run(batch):
+            calls.append((label, batch))
+            time.sleep(next(sleeps[label]))
+        return run
+    seconds = alternate({"x": build("x"), "y": build("y")}, [0, 1], rounds=2, repeats=1)
+    assert [c[0] for c in calls] == ["x"] * 3 + ["y"] * 3 + ["x"] * 3 + ["y"] * 3     # in turn
+    assert seconds["x"] < 0.01        # each batch's best (~1 ms), not the best round's mean (~10 ms)
+    assert seconds["y"] < seconds["x"]

@@ -72,6 +72,19 @@ def per_batch_best(fn, batches, repeats: int, outputs=None) -> list:
     return [best_time(fn, batch, repeats) for batch in batches]
 
 
+def alternate(builds: dict, batches, rounds: int, repeats: int) -> dict:
+    """label -> seconds for each of `builds` (label -> callable): the mean over `batches` of
+    each batch's best time, best of `repeats` calls in each of `rounds` rounds.  The builds
+    take turns round by round, so a slow spell of the machine (these VMs drift up to 2x within
+    minutes) falls on all of them, not on the one timed during it."""
+    best = {label: np.full(len(batches), np.inf) for label in builds}
+    for _ in range(rounds):
+        for label, fn in builds.items():
+            fn(batches[0])                  # the last build's data left the caches: warm up
+            best[label] = np.minimum(best[label], [best_time(fn, b, repeats) for b in batches])
+    return {label: float(np.mean(times)) for label, times in best.items()}
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:

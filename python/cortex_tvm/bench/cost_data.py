@@ -25,7 +25,6 @@ import itertools
 import json
 import os
 import sys
-import time
 
 import numpy as np
 from tvm.target import codegen
@@ -39,7 +38,7 @@ from ..tune.pretrained import candidates
 from ..tune.program_features import program_vector
 from ..tune.space import Space, TuningPoint
 from .cases import make_model, structures
-from .common import batch_starts
+from .common import alternate, batch_starts
 
 #: generated trees per group source (batches are cut from them as from the SST file)
 GENERATED_TREES = 400
@@ -69,9 +68,10 @@ def group_batches(name: str, trees: list, batch_size: int) -> list:
 
 
 def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repeats=5, seed=0,
-            trees="sst", progress=sys.stderr):
+            trees="sst", progress=sys.stderr, rounds=3):
     """Measure `points` configurations of every (model, H, CPU) at every batch size; one JSON
-    line per measurement with its program features, appended to `out`."""
+    line per measurement with its program features, appended to `out`.  A group's points are
+    built first, then timed in turn, `rounds` rounds (`common.alternate`)."""
     done = set()
     if os.path.exists(out):
         with open(out, encoding="utf-8") as f:
@@ -99,24 +99,31 @@ def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repea
             batches = group_batches(name, source, B)
             stats = WorkloadStats.of(space.kernel_model, batches)   # padded sizes, as compile() sees them
             measurer = Measurer(model, batches, target, repeats=repeats, warmup=3)
-            group = f"{name}/{H}/{cpu}/{B}/{trees}"
+            group = f"{name}/{model.hidden_size}/{cpu}/{B}/{trees}"   # the size that ran (MV-RNN: at most 64)
             todo = [p for p in chosen if f"{group}/{p}" not in done]
-            results = {}
+            built, results = {}, {}
             for point in todo:
-                start = time.perf_counter()
-                results[point] = measurer.measure(space, point)
-                if progress is not None:
-                    print(f"cost_data: {group}/{point}: {results[point].mean * 1e3:.3f} ms "
-                          f"({time.perf_counter() - start:.1f} s)", file=progress, flush=True)
-            settled = retime_outliers({p: r.mean for p, r in results.items()},
-                                      lambda p: measurer.measure(space, p).mean, progress)
+                built[point], results[point] = measurer.build(space, point)
+                if progress is not None and results[point].error:
+                    print(f"cost_data: {group}/{point}: {results[point].error.splitlines()[0][:120]}",
+                          file=progress, flush=True)
+            # timed in turn, not one after another: one program built twice differed by 30% in
+            # cost data timed point after point, and a tile that data ranked 10% faster was 10%
+            # slower timed in turn (docs/tuning.md)
+            seconds = alternate({p: c for p, c in built.items() if c is not None}, batches, rounds, repeats)
+            for point in todo:
+                seconds.setdefault(point, float("inf"))
+                if progress is not None and np.isfinite(seconds[point]):
+                    print(f"cost_data: {group}/{point}: {seconds[point] * 1e3:.3f} ms "
+                          f"(built in {results[point].build_s:.1f} s)", file=progress, flush=True)
+            settled = retime_outliers(seconds, lambda p: float(np.mean(measurer.time(built[p]))), progress)
             with open(out, "a", encoding="utf-8") as f:
                 for point in todo:
                     seconds, timings = settled[point]
                     row = {"key": f"{group}/{point}", "group": group, "knobs": point.to_json(),
                            "default": point == default,
                            "seconds": seconds if np.isfinite(seconds) else None, "timings": timings,
-                           "error": results[point].error, "machine": dataclasses.asdict(machine),
+                           "rounds": rounds, "error": results[point].error, "machine": dataclasses.asdict(machine),
                            "stats": dataclasses.asdict(stats),
                            "features": features_of(space, point, stats, machine)}
                     f.write(json.dumps(row) + "\n")
@@ -131,6 +138,11 @@ def features_of(space, point, stats, machine) -> list:
 #: on a 2-vCPU AMD EPYC Zen 4 (L1d 32 KB, L2 1 MB per core, L3 32 MB) with 2 threads, on the
 #: SST dev trees
 LEGACY_NATIVE, LEGACY_CACHES, LEGACY_CORES = "znver4", (32 * 1024, 1024 * 1024, 32 * 1024 * 1024), 2
+
+
+#: knobs added to the space after cost data were first recorded -> the value the programs of
+#: rows without them were built with
+PREDATED_KNOBS = {"level_tails": False}
 
 
 def refeature(rows, progress=sys.stderr) -> list:
@@ -161,7 +173,9 @@ def refeature(rows, progress=sys.stderr) -> list:
                     space.kernel_model, group_batches(name, source_trees(trees, vocab_size), int(B)))
             stats = stats_of[(key, B, trees)]
         machine = Machine(**row["machine"]) if "machine" in row else Machine.of(space.target, LEGACY_CACHES)
-        point = TuningPoint.from_json(row["knobs"])
+        # rows timed before the knob existed ran padded levels; left out, the knob would take
+        # its default (tails) and describe a program the row never timed
+        point = TuningPoint.from_json({**PREDATED_KNOBS, **row["knobs"]})
         try:
             features = features_of(space, point, stats, machine)
         except ScheduleError:            # a point whose schedule no longer applies has none
@@ -207,6 +221,7 @@ def main(argv=None) -> int:
     parser.add_argument("--mcpu", nargs="+", default=["native", "haswell"])
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 10, 64])
     parser.add_argument("--points", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds in which a group's points are timed in turn")
     parser.add_argument("--trees", choices=["sst", "generated"], default="sst",
                         help="the bundled SST dev trees, or treebank-shaped generated ones (default: sst)")
     parser.add_argument("--refeature", metavar="JSONL",
@@ -219,7 +234,8 @@ def main(argv=None) -> int:
             for row in refeature(rows):
                 f.write(json.dumps(row) + "\n")
         return 0
-    collect(args.out, args.models, args.hidden, args.mcpu, args.batch, args.points, trees=args.trees)
+    collect(args.out, args.models, args.hidden, args.mcpu, args.batch, args.points, trees=args.trees,
+            rounds=args.rounds)
     return 0
 
 

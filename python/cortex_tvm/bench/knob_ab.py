@@ -4,8 +4,8 @@ or several at once: `--knob node_tile=3 k_unroll=8`.
 
 Both builds start from what `compile()` builds without a tuning log (the derived schedule at
 its analytic point); the second sets the knobs.  Every batch of both is checked against the float64
-reference first.  The figure is the mean over batches of each batch's best time, best of
-`--rounds` rounds, the two builds alternating round by round.
+reference first.  The figure is the mean over batches of each batch's best time over
+`--rounds` rounds, the two builds alternating round by round (`common.alternate`).
 """
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from .. import data, recipes
 from ..models import reference64
 from ..padding import compiled_form
 from ..target import host_llvm, make_target
-from ..timing import batches_of, best_of
+from ..timing import batches_of
 from .cases import MODEL_CLASSES, make_model, structures
+from .common import alternate
 
 
 def parse_knob(text: str) -> tuple:
@@ -83,10 +84,7 @@ def main(argv=None) -> int:
                         print(f"knob_ab: {label} is wrong on {name} H={model.hidden_size} (max |err| {err:.3g})",
                               file=sys.stderr)
                         return 1
-                best = {label: np.inf for label in compiled}
-                for _ in range(args.rounds):
-                    for label, c in compiled.items():
-                        best[label] = min(best[label], float(np.mean([best_of(c, b, args.repeats) for b in batches])))
+                best = alternate(compiled, batches, args.rounds, args.repeats)
                 base, other = best.values()
                 what = "" if args.precision == "fp32" else f" {args.precision}"
                 print(f"{name} H={model.hidden_size}{what} batch={batch_size}: " + ", ".join(

@@ -18,7 +18,6 @@ import time
 import numpy as np
 
 from .. import data, models
-from ..timing import best_of
 from ..tune.apply import recipe_from_log
 from ..tune.cost_model import CostModel, spearman
 from ..tune.database import Database
@@ -27,6 +26,7 @@ from ..tune.measure import MeasureResult, Measurer, tuning_batches
 from ..tune.search import SearchConfig, search
 from ..tune.space import Space, TuningPoint
 from ..tune.workload import Workload
+from .common import alternate
 
 #: the hand-written TreeFC recipe's knobs, every one fixed or listed (a knob left out would keep
 #: all its candidates and multiply the space): 3 x 3 x 3 x 2 x 2 = 108 points
@@ -129,12 +129,8 @@ def tuned_vs_default(trees, vocab, log, rounds=3, out=sys.stdout):
     recipe, how = recipe_from_log(model, log, "llvm", batch_size=10)
     tuned, default = model.compile(schedule=recipe), model.compile()
     batches = tuning_batches(model, trees, 10, max_batches=32)
-    best = {"tuned": [np.inf] * len(batches), "default": [np.inf] * len(batches)}
-    for _ in range(rounds):
-        for name, compiled in (("default", default), ("tuned", tuned)):
-            compiled(batches[0])
-            best[name] = [min(b, best_of(compiled, x, 5)) for b, x in zip(best[name], batches)]
-    t, d = np.mean(best["tuned"]), np.mean(best["default"])
+    seconds = alternate({"default": default, "tuned": tuned}, batches, rounds, 5)
+    t, d = seconds["tuned"], seconds["default"]
     print(f"[4] TreeLSTM H=256, SST, batch 10 ({len(batches)} batches, best of {rounds}x5 each, "
           f"record: {how}):\n    default recipe {d * 1e3:.3f} ms  [{Space(model).default()}]"
           f"\n    tuned          {t * 1e3:.3f} ms  [{TuningPoint.of(**recipe.knob_values())}]"

@@ -82,10 +82,21 @@ class Measurer:
         return f"wrong numbers on batch {i}: max |diff| vs model.reference = {diff:.3g}"
 
     def measure(self, space, point) -> MeasureResult:
+        compiled, result = self.build(space, point)
+        if compiled is None:
+            return result
+        try:
+            return MeasureResult(self.time(compiled), None, result.build_s, result.trace)
+        except Exception as err:        # a failed run is a data point, not a crash
+            return MeasureResult(error=_last_line(err), build_s=result.build_s)
+
+    def build(self, space, point):
+        """(the compiled point, its MeasureResult without latencies), checked on every batch;
+        (None, the failure) when it does not apply, build or compute the reference's numbers."""
         start = time.perf_counter()
         try:
             if space.check(point) is not None:
-                return invalid(space, point)
+                return None, invalid(space, point)
             compiled = self.model.compile(target=self.target, schedule=space.recipe_for(point),
                                           precision=space.precision)
             build_s = time.perf_counter() - start
@@ -93,12 +104,18 @@ class Measurer:
             for i, batch in enumerate(self.batches):
                 wrong = self.wrong_numbers(i, compiled(batch), compiled.precision)
                 if wrong:
-                    return MeasureResult(error=wrong, build_s=build_s)
-            for _ in range(self.warmup):
-                compiled(self.batches[0])
-            # end-to-end per batch, like timing.mean_of_best: linearization included
-            times = tuple(best_of(compiled, b, self.repeats) for b in self.batches)
-            return MeasureResult(times, None, build_s, tuple(compiled.trace))
+                    return None, MeasureResult(error=wrong, build_s=build_s)
+            return compiled, MeasureResult((), None, build_s, tuple(compiled.trace))
         except Exception as err:        # a failed build or run is a data point, not a crash
-            last = traceback.format_exception_only(type(err), err)[-1].strip()
-            return MeasureResult(error=last[:2000], build_s=time.perf_counter() - start)
+            return None, MeasureResult(error=_last_line(err), build_s=time.perf_counter() - start)
+
+    def time(self, compiled) -> tuple:
+        """Per-batch best of `repeats` after `warmup` calls; end-to-end per batch, like
+        timing.mean_of_best: linearization included."""
+        for _ in range(self.warmup):
+            compiled(self.batches[0])
+        return tuple(best_of(compiled, b, self.repeats) for b in self.batches)
+
+
+def _last_line(err) -> str:
+    return traceback.format_exception_only(type(err), err)[-1].strip()[:2000]
