@@ -42,7 +42,8 @@ SHIPPED_PARAMS, SHIPPED_ROUNDS = {**PARAMS, "max_depth": 2}, 100
 #: `choice` takes the model's pick over the analytic rule's point only when the model ranks it
 #: this much higher (a pairwise-ranking score): held out, the pick alone is mostly worse than the rule
 #: (7.0-14.1% from each group's best against 5.1-7.1%; on the Zen 5 rows, timed in turn, 1.9-4.6%
-#: against 2.3%); guarded by this margin it is within a point of the rule (margins 0-0.25 were worse)
+#: against 2.3%); guarded by this margin it is within a point of the rule (margins 0-0.25
+#: were worse, but with the batch size held out)
 MARGIN = 0.5
 #: the candidates compile(schedule="ranked") ranks: every combination of these knobs' first few
 #: values (the unroll depth is not among them: the features, which read the loops inside a
