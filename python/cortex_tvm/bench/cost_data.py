@@ -116,7 +116,8 @@ def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repea
                 if progress is not None and np.isfinite(seconds[point]):
                     print(f"cost_data: {group}/{point}: {seconds[point] * 1e3:.3f} ms "
                           f"(built in {results[point].build_s:.1f} s)", file=progress, flush=True)
-            settled = retime_outliers(seconds, lambda p: float(np.mean(measurer.time(built[p]))), progress)
+            # an outlier is re-timed by the same statistic it was first timed by
+            settled = retime_outliers(seconds, lambda p: alternate({p: built[p]}, batches, 1, repeats)[p], progress)
             with open(out, "a", encoding="utf-8") as f:
                 for point in todo:
                     seconds, timings = settled[point]

@@ -62,9 +62,8 @@ def run_case(name, hidden, mcpu, batch_size, budgets, out_dir, rounds=5, repeats
     for point in points.values():
         if point is not None and point not in built:
             built[point] = model.compile(target=target, schedule=space.recipe_for(point))
-    by_point = {str(p): c for p, c in built.items()}
-    seconds = alternate(by_point, batches, rounds, repeats)
-    return {label: (point, seconds[str(point)] if point is not None else None) for label, point in points.items()}
+    seconds = alternate(built, batches, rounds, repeats)
+    return {label: (point, seconds.get(point)) for label, point in points.items()}
 
 
 def line(case: str, result: dict) -> str:
