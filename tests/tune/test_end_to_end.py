@@ -38,7 +38,7 @@ def test_tiny_tune_then_compile_from_log(fc32, trees, tmp_path, capsys):
     assert len(log.read_text().splitlines()) == 3
 
 
-def test_leaders_are_retimed_and_ranked_by_their_warm_median(fc32, trees, tmp_path):
+def test_leaders_are_retimed_in_turn_and_ranked_by_those_times(fc32, trees, tmp_path):
     log = tmp_path / "tuning.jsonl"
     progress = tmp_path / "progress.txt"
     with open(progress, "w") as out:
@@ -46,21 +46,26 @@ def test_leaders_are_retimed_and_ranked_by_their_warm_median(fc32, trees, tmp_pa
                          progress=out, confirm_rounds=2)
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r["warm"] for r in records] == [False] + [True] * (len(records) - 1)   # only the first is cold
-    points = {}
-    for r in records:
-        if r["warm"]:
-            points.setdefault(TuningPoint.from_json(r["knobs"]), []).append(r["mean"])
-    assert len(points) == 3 and len(records) == 3 + 2 * 3          # top 3 (the default among them), twice
-    assert sorted(len(means) for means in points.values()) == [2, 3, 3]   # the first, cold trial is left out
-    ranked = min(points, key=lambda p: float(np.median(points[p])))
-    assert best == ranked
+    assert len(records) == 3 + 3 and all(r["error"] is None for r in records)     # top 3, one record each
+    trials, retimed = records[:3], records[3:]
+    assert all(r["in_turn"] is None for r in trials)
+    assert len({r["in_turn"] for r in retimed}) == 1 and retimed[0]["in_turn"] >= trials[-1]["time"]
+    assert {TuningPoint.from_json(r["knobs"]) for r in retimed} == {TuningPoint.from_json(r["knobs"]) for r in trials}
+    assert all(len(r["latencies"]) == 2 for r in retimed)        # a figure per batch: its best over the rounds
+    fastest = min(retimed, key=lambda r: r["mean"])
+    assert best == TuningPoint.from_json(fastest["knobs"])       # the in-turn times decide, nothing else
     text = progress.read_text()
-    assert text.count("re-timing the 3 leading points") == 1 and "round 2/2, point 3/3" in text
+    assert text.count("re-timing the 3 leading points in turn, 2 rounds") == 1
+    assert "in turn, 1 of 3" in text and "in turn, 3 of 3" in text
     assert "the default among them" not in text          # this narrowed space has no default point
     last = [line for line in text.splitlines() if line.startswith("tune: ")][-2]
     default = Space(fc32, knobs=KNOBS).default()      # not in this narrowed space: never measured
-    assert default not in points and best != default
-    assert f"best {np.median(points[best]) * 1e3:.3f} ms" in last and "the default was not measured" in last
+    assert best != default and default not in {TuningPoint.from_json(r["knobs"]) for r in records}
+    assert f"best {fastest['mean'] * 1e3:.3f} ms (timed in turn)" in last and "the default was not measured" in last
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        recipe, how = tune.recipe_from_log(fc32, log)
+    assert how == "exact" and recipe.knob_values() == {**recipe.knob_values(), **best.as_dict()}
 
 
 def test_nearest_and_missing_records_warn(fc32, tmp_path):

@@ -5,12 +5,12 @@ Nothing here imports TVM, so the orchestrator can use it before any worker start
 """
 from __future__ import annotations
 
-import gc
 import os
 import platform
-import time
 
 import numpy as np
+
+from ..timing import best_of, in_turn
 
 THREAD_VARS = ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 #: `bench --train`: the weight whose gradient every worker writes and the orchestrator checks
@@ -42,23 +42,6 @@ def batch_starts(num_trees: int, size: int, count: int) -> list:
     return [k * step for k in range(count)]
 
 
-def best_time(fn, arg, repeats: int) -> float:
-    """Minimum wall time of fn(arg) over `repeats` calls, seconds, GC off while timing."""
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn(arg)
-            best = min(best, time.perf_counter() - start)
-    finally:
-        if was_enabled:
-            gc.enable()
-    return best
-
-
 def per_batch_best(fn, batches, repeats: int, outputs=None) -> list:
     """Warm up on every batch once, then each batch's best time over `repeats` (seconds).
 
@@ -69,20 +52,13 @@ def per_batch_best(fn, batches, repeats: int, outputs=None) -> list:
         out = fn(batch)
         if outputs is not None:
             outputs.append(np.array(out, copy=True))
-    return [best_time(fn, batch, repeats) for batch in batches]
+    return [best_of(fn, batch, repeats) for batch in batches]
 
 
 def alternate(builds: dict, batches, rounds: int, repeats: int) -> dict:
     """label -> seconds for each of `builds` (label -> callable): the mean over `batches` of
-    each batch's best time, best of `repeats` calls in each of `rounds` rounds.  The builds
-    take turns round by round, so a slow spell of the machine (these VMs drift up to 2x within
-    minutes) falls on all of them, not on the one timed during it."""
-    best = {label: np.full(len(batches), np.inf) for label in builds}
-    for _ in range(rounds):
-        for label, fn in builds.items():
-            fn(batches[0])                  # the last build's data left the caches: warm up
-            best[label] = np.minimum(best[label], [best_time(fn, b, repeats) for b in batches])
-    return {label: float(np.mean(times)) for label, times in best.items()}
+    each batch's best time over `rounds` rounds taken in turn (`timing.in_turn`)."""
+    return {label: float(np.mean(times)) for label, times in in_turn(builds, batches, rounds, repeats).items()}
 
 
 def cpu_model() -> str:

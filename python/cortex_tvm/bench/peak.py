@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import best_time
+from ..timing import best_of
 
 #: FMA steps per call: long enough that a call's fork and join is noise (about 10 ms on 2 cores)
 STEPS = 200_000
@@ -29,7 +29,7 @@ def _best_call(function, args, repeats: int) -> float:
     """Seconds of the fastest of `repeats` calls of `function(*args)`, after one warm call
     (which starts the thread pool)."""
     function(*args)
-    return best_time(lambda a: function(*a), args, repeats)
+    return best_of(lambda a: function(*a), args, repeats)
 
 
 def fma_kernel(cores: int, chains: int, lanes: int):

@@ -27,8 +27,9 @@ import time
 import numpy as np
 
 from .. import data
+from ..timing import best_of
 from .cases import make_model, structures
-from .common import THREAD_VARS, best_time, per_batch_best
+from .common import THREAD_VARS, per_batch_best
 from .peak import fma_peak
 
 
@@ -91,7 +92,7 @@ def run_train(system, path, repeats, roots_path, grads_path, mcpu=None):
             raise RuntimeError(f"vjp gave gradients of {sorted(g)}, not of every weight {sorted(model.weights)}")
         roots.append(np.array(out, copy=True))
         grads.append(np.array(g[weight], copy=True))
-    times = [best_time(step, batch, repeats) for batch in batches]
+    times = [best_of(step, batch, repeats) for batch in batches]
     np.save(roots_path, np.stack(roots))
     np.save(grads_path, np.stack(grads))
     return {"ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times], "mode": "train",

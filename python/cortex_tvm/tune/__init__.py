@@ -48,9 +48,10 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
     cross_compiler: the C++ compiler that links the kernel for that device
     (e.g. "aarch64-linux-gnu-g++"; default: the host's).  precision: as `Model.compile`;
     the records are keyed by it.
-    At the end the four fastest points and the default are re-timed
-    `confirm_rounds` times, alternating (extra log records), so one lucky
-    timing does not pick the winner.
+    At the end the four fastest points and the default are built once more and
+    timed in turn for `confirm_rounds` rounds (one extra log record each, marked
+    `in_turn`); the fastest of them in those rounds is the winner, so one lucky
+    trial on a drifting machine does not pick it.
     """
     progress = sys.stderr if progress is True else (progress or None)
     tgt = make_target(target)

@@ -5,10 +5,16 @@ A record: `{"workload": {...}, "knobs": {...}, "latencies": [s, ...], "mean": s 
 "target_detail": full target string, "warm": bool}`.  A failed trial has mean null (inf in
 memory).  A line that does not parse is skipped with a warning naming it.
 
-A point measured several times (the search re-times its leaders) ranks by the median of its
-warm measurements: the first trial of a tuning run (`warm: false`) pays for the process's
-first builds and the thread pool's start, so it counts only while it is the point's one
-measurement.
+How points rank (`Database.top_k`, and so `best` and `compile(tuning_log=...)`):
+- A search ends by re-timing its leaders in turn (`Measurer.retime`): their records carry
+  `"in_turn"`, the time that re-timing began, and the same value for all of them.  While no
+  trial of the workload is newer than the latest such re-timing, its points rank first, by
+  those in-turn times alone: timed side by side, they compare; trials timed minutes apart on
+  a VM that drifts up to 2x do not.
+- Otherwise (and for the points after those) a point ranks by the median of its warm
+  measurements: the first trial of a tuning run (`warm: false`) pays for the process's first
+  builds and the thread pool's start, so it counts only while it is the point's one
+  measurement.
 """
 from __future__ import annotations
 
@@ -43,6 +49,8 @@ class TuningRecord:
     trace: tuple = field(default=(), compare=False)
     #: False for the first trial of a tuning run, timed while the process was still cold
     warm: bool = field(default=True, compare=False)
+    #: when the in-turn re-timing this record belongs to began (unix seconds); None for a trial
+    in_turn: float | None = field(default=None, compare=False)
 
     @property
     def mean(self) -> float:
@@ -55,7 +63,8 @@ class TuningRecord:
         return {"workload": self.workload.to_json(), "knobs": self.point.to_json(),
                 "latencies": list(self.latencies), "mean": None if math.isinf(mean) else mean,
                 "error": self.error, "time": self.time, **self.versions, "target_detail": self.target_detail,
-                "recipe": self.recipe, "trace": list(self.trace), "warm": self.warm}
+                "recipe": self.recipe, "trace": list(self.trace), "warm": self.warm,
+                "in_turn": self.in_turn}
 
     @classmethod
     def from_json(cls, data: dict) -> "TuningRecord":
@@ -63,7 +72,8 @@ class TuningRecord:
                    tuple(float(t) for t in data.get("latencies") or ()), data.get("error"),
                    float(data.get("time", 0.0)),
                    {k: data[k] for k in ("cortex_tvm", "tvm") if k in data}, data.get("target_detail", ""),
-                   data.get("recipe", ""), tuple(data.get("trace") or ()), bool(data.get("warm", True)))
+                   data.get("recipe", ""), tuple(data.get("trace") or ()), bool(data.get("warm", True)),
+                   _optional_float(data.get("in_turn")))
 
 
 def versions() -> dict:
@@ -96,12 +106,37 @@ class Database:
         """point -> its latest record for this workload (what a resumed run skips)."""
         return {r.point: r for r in self.for_workload(workload)}
 
-    def top_k(self, workload: Workload, k: int = 1) -> list:
-        """The k fastest points' latest records, ranked by `typical` (the median of each
-        point's warm measurements)."""
+    def top_k(self, workload: Workload, k: int = 1, by_median: bool = False) -> list:
+        """The k fastest points' latest records: the points of the workload's current in-turn
+        re-timing first, by their in-turn times, then the rest by `typical` (the module's
+        docstring says why).  by_median: rank every point by `typical` (how the search picks
+        the leaders it re-times)."""
+        return [records[-1] for _, records in self._ranked(workload, by_median)[:k]]
+
+    def standing(self, workload: Workload, point) -> float:
+        """The seconds `point` ranks by (inf when it has no successful record)."""
+        return dict(self.ranking(workload)).get(point, math.inf)
+
+    def ranking(self, workload: Workload, by_median: bool = False) -> list:
+        """[(point, seconds it ranks by)], fastest first, as `top_k` ranks them."""
+        return [(records[-1].point, seconds) for seconds, records in self._ranked(workload, by_median)]
+
+    def in_turn(self, workload: Workload) -> dict:
+        """point -> its record in the workload's current in-turn re-timing ({} when there is
+        none, or a trial was logged after it)."""
+        records = self.for_workload(workload)
+        session = max((r.in_turn for r in records if r.in_turn is not None), default=None)
+        if session is None or any(r.in_turn is None and r.time > session for r in records):
+            return {}
+        return {r.point: r for r in records if r.in_turn == session and math.isfinite(r.mean)}
+
+    def _ranked(self, workload: Workload, by_median: bool) -> list:
+        """[(seconds, the point's successful records)], fastest first."""
+        settled = {} if by_median else self.in_turn(workload)
         by_point = self.measurements(workload)
-        ranked = sorted(by_point.values(), key=typical)
-        return [rs[-1] for rs in ranked[:k]]
+        first = sorted(((r.mean, by_point[p]) for p, r in settled.items()), key=lambda pair: pair[0])
+        rest = sorted(((typical(rs), rs) for p, rs in by_point.items() if p not in settled), key=lambda pair: pair[0])
+        return first + rest
 
     def measurements(self, workload: Workload) -> dict:
         """point -> its successful records for this workload, oldest first."""
@@ -110,11 +145,6 @@ class Database:
             if math.isfinite(r.mean):
                 by_point.setdefault(r.point, []).append(r)
         return by_point
-
-    def typical_seconds(self, workload: Workload, point) -> float:
-        """`typical` over the point's successful records (inf when it has none)."""
-        records = self.measurements(workload).get(point)
-        return typical(records) if records else math.inf
 
     def best(self, workload: Workload):
         """The fastest successful point's latest record for exactly this workload, or None."""
@@ -149,6 +179,10 @@ def typical(records) -> float:
     the point was also measured warm."""
     warm = [r.mean for r in records if r.warm]
     return statistics.median(warm or [r.mean for r in records])
+
+
+def _optional_float(value):
+    return None if value is None else float(value)
 
 
 def _with_batch(workload: Workload, batch_size) -> Workload:

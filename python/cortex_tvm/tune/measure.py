@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .. import data
 from ..recipes import ROOT_TOLERANCE
-from ..timing import batches_of, best_of
+from ..timing import batches_of, best_of, in_turn
 
 #: largest |compiled - model.reference| accepted on any batch (fast_math's polynomials are ~1e-6);
 #: a bf16 build's is ROOT_TOLERANCE["bf16"]
@@ -109,12 +109,51 @@ class Measurer:
         except Exception as err:        # a failed build or run is a data point, not a crash
             return None, MeasureResult(error=_last_line(err), build_s=time.perf_counter() - start)
 
+    def retime(self, space, points, rounds: int) -> dict:
+        """point -> MeasureResult: each point built once, then all timed in turn for `rounds`
+        rounds (`timing.in_turn`); a point's latencies are each batch's best over the rounds.
+
+        The points' figures compare with each other, not with trials timed minutes apart
+        (these VMs drift up to 2x within minutes): the search settles its winner with them."""
+        built, results = {}, {}
+        for point in points:
+            compiled, result = self.build(space, point)
+            if compiled is None:
+                results[point] = result
+            else:
+                built[point], results[point] = compiled, result
+        for compiled in built.values():
+            for _ in range(self.warmup):
+                compiled(self.batches[0])
+        try:
+            times = in_turn(built, self.batches, rounds, self.repeats)
+        except Exception as err:        # a failed run is a data point, not a crash
+            return {**results, **{p: MeasureResult(error=_last_line(err)) for p in built}}
+        for point, latencies in times.items():
+            results[point] = replace(results[point], latencies=tuple(float(t) for t in latencies))
+        return results
+
     def time(self, compiled) -> tuple:
         """Per-batch best of `repeats` after `warmup` calls; end-to-end per batch, like
         timing.mean_of_best: linearization included."""
         for _ in range(self.warmup):
             compiled(self.batches[0])
         return tuple(best_of(compiled, b, self.repeats) for b in self.batches)
+
+
+def retime_by_measuring(measurer, space, points, rounds: int) -> dict:
+    """`Measurer.retime` for a measurer that can only `measure` (build and time) a point:
+    the points measured in turn, `rounds` times each; each batch's best over the rounds."""
+    results = {point: [] for point in points}
+    for _ in range(rounds):
+        for point in points:
+            results[point].append(measurer.measure(space, point))
+    out = {}
+    for point, runs in results.items():
+        failed = next((r for r in runs if r.error is not None), None)
+        out[point] = failed if failed is not None else replace(
+            runs[-1], latencies=tuple(float(t) for t in np.min([r.latencies for r in runs], axis=0)))
+    return out
 
 
 def _last_line(err) -> str:

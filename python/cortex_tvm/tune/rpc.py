@@ -29,7 +29,7 @@ from ..plan import kernel_names
 from ..runtime import kernel_weights, model_weight_arrays
 from ..target import make_target
 from ..timing import best_of
-from .measure import MeasureResult, Measurer, invalid
+from .measure import MeasureResult, Measurer, invalid, retime_by_measuring
 
 
 @dataclass
@@ -54,6 +54,11 @@ class RPCMeasurer(Measurer):
             raise ConnectionError(f"no RPC tracker at {self.tracker_host}:{self.tracker_port}: {err}") from None
         return rpc.connect_tracker(self.tracker_host, self.tracker_port).request(
             self.key, session_timeout=self.session_timeout)
+
+    def retime(self, space, points, rounds: int) -> dict:
+        """Overrides `Measurer.retime`, which would build and run on this host: each round
+        builds, uploads and times every point on the device again."""
+        return retime_by_measuring(self, space, points, rounds)
 
     def measure(self, space, point) -> MeasureResult:
         start = time.perf_counter()

@@ -19,6 +19,7 @@ import numpy as np
 from .cost_model import CostModel
 from .pretrained import choice, featurizer_for, shipped_booster
 from .database import Database, TuningRecord, now, typical, versions
+from .measure import retime_by_measuring
 from .space import Space, TuningPoint
 
 
@@ -32,8 +33,8 @@ class SearchConfig:
     program_pool: int = 48           # the pool when points are featurized from their programs
     epsilon: float = 0.2
     seed: int = 0
-    confirm_top: int = 4             # re-timed at the end, with the default point ...
-    confirm_rounds: int = 2          # ... this many times each (0: no confirmation)
+    confirm_top: int = 4             # re-timed in turn at the end, with the default point ...
+    confirm_rounds: int = 2          # ... for this many rounds (0: no re-timing)
 
     def warmup_trials(self) -> int:
         return self.warmup if self.warmup is not None else max(4, self.trials // 4)
@@ -111,16 +112,20 @@ def search(space: Space, measurer, database: Database, workload, stats, config: 
 
 
 def summary(database, workload, best, default) -> str:
-    """The tune's last line: the winner's time next to the default's (both the median of their
-    warm measurements), so a tune that found nothing better says so."""
-    found = database.typical_seconds(workload, best.point)
-    base = database.typical_seconds(workload, default)
+    """The tune's last line: the winner's time next to the default's, each the figure it ranks
+    by (`Database.ranking`: the in-turn re-timing's where there is one), so a tune that found
+    nothing better says so."""
+    found = database.standing(workload, best.point)
+    base = database.standing(workload, default)
+    settled = database.in_turn(workload)
+    how = " (timed in turn)" if best.point in settled else ""
     if best.point == default:
-        return f"tune: the default is the fastest point measured: {found * 1e3:.3f} ms  [{default}]"
+        return f"tune: the default is the fastest point measured: {found * 1e3:.3f} ms{how}  [{default}]"
     if not math.isfinite(base):
-        return f"tune: best {found * 1e3:.3f} ms  [{best.point}]; the default was not measured"
-    return (f"tune: best {found * 1e3:.3f} ms  [{best.point}]; default {base * 1e3:.3f} ms "
-            f"({base / found:.2f}x the best)")
+        return f"tune: best {found * 1e3:.3f} ms{how}  [{best.point}]; the default was not measured"
+    both = " (both timed in turn)" if best.point in settled and default in settled else how
+    return (f"tune: best {found * 1e3:.3f} ms  [{best.point}]; default {base * 1e3:.3f} ms, "
+            f"{base / found:.2f}x the best{both}")
 
 
 def _baselines(space, derived: bool) -> list:
@@ -133,34 +138,38 @@ def _baselines(space, derived: bool) -> list:
 
 
 def confirm(space, measurer, database, workload, config, info, target_detail, log, baselines=()):
-    """Re-time the fastest points and the `baselines` (the default and the shipped model's pick,
-    `_baselines`), alternating, `config.confirm_rounds` times.
+    """Re-time the `config.confirm_top` fastest points and the `baselines` (the default and the
+    shipped model's pick, `_baselines`) in turn, `config.confirm_rounds` rounds, and log one
+    record per point: each batch's best over the rounds, marked `in_turn`.
 
-    One lucky timing on a noisy machine would otherwise pick the winner; the
-    database ranks a point by the median of its warm measurements, so these
-    extra records (appended to the log like any trial) settle the order.
+    Trials are timed minutes apart and these VMs drift up to 2x within minutes, so a lucky
+    trial could otherwise pick the winner; points timed side by side compare, and the
+    database ranks the re-timed points by these records alone (`Database.top_k`).
     """
     if config.confirm_rounds < 1:
         return
-    points = [r.point for r in database.top_k(workload, config.confirm_top)]
+    points = [r.point for r in database.top_k(workload, config.confirm_top, by_median=True)]
     for baseline in baselines:
         if baseline not in points and space.contains(baseline) and space.is_valid(baseline):
             points.append(baseline)
     if log is not None:
         among = " (the default among them)" if space.default() in points else ""
-        print(f"tune: re-timing the {len(points)} leading points{among} "
-              f"{config.confirm_rounds} more times; each ranks by the median of its warm timings",
+        print(f"tune: re-timing the {len(points)} leading points{among} in turn, "
+              f"{config.confirm_rounds} rounds; the fastest of them in these rounds wins",
               file=log, flush=True)
-    for round_index in range(config.confirm_rounds):
-        for i, point in enumerate(points):
-            result = measurer.measure(space, point)
-            database.commit(TuningRecord(workload, point, result.latencies, result.error, now(), info,
-                                         target_detail, space.fingerprint, result.trace))
-            if log is not None:
-                this = f"{result.mean * 1e3:.3f} ms" if result.error is None else "failed"
-                median = database.typical_seconds(workload, point)
-                print(f"tune: re-time round {round_index + 1}/{config.confirm_rounds}, point {i + 1}/{len(points)}"
-                      f"  {this} (median {median * 1e3:.3f} ms)  [{point}]", file=log, flush=True)
+    began = now()
+    retime = getattr(measurer, "retime", None)
+    results = (retime(space, points, config.confirm_rounds) if retime is not None
+               else retime_by_measuring(measurer, space, points, config.confirm_rounds))
+    for point in points:
+        result = results[point]
+        database.commit(TuningRecord(workload, point, result.latencies, result.error, now(), info,
+                                     target_detail, space.fingerprint, result.trace, in_turn=began))
+    if log is not None:
+        for rank, (point, seconds) in enumerate(sorted(((p, results[p].mean) for p in points),
+                                                       key=lambda pair: pair[1]), 1):
+            this = f"{seconds * 1e3:.3f} ms" if math.isfinite(seconds) else "failed"
+            print(f"tune: in turn, {rank} of {len(points)}: {this}  [{point}]", file=log, flush=True)
 
 
 def propose(space: Space, model: CostModel, rng, exclude: set, count: int, pool: int, epsilon: float) -> list:
