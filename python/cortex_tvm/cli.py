@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
+import os
 import sys
 import time
 
@@ -45,12 +48,67 @@ def _demo(args) -> int:
     return 0 if worst < 1e-3 else 1
 
 
-def _make_model(name, hidden, vocab_size):
+class UsageError(Exception):
+    """A bad command line: printed as one line, exit status 2."""
+
+
+#: the zoo's default hidden size for each command (a user model has its own sizes)
+DEFAULT_HIDDEN = {"show": 64, "tune": 256}
+#: what a user model must have to be shown and tuned
+MODEL_METHODS = ("compile", "lower", "reference")
+
+
+def _make_model(name, hidden, vocab_size, command: str = "tune"):
+    """A zoo model by name, or a user's model from `MODULE:NAME` (see `user_model`)."""
+    if ":" in name:
+        if hidden is not None:
+            raise UsageError(f"--hidden applies to zoo models; {name} has its own sizes")
+        return user_model(name)
     from .bench.cases import MODEL_CLASSES, make_model
     key = name.lower()
     if key not in MODEL_CLASSES:
-        raise SystemExit(f"unknown model {name!r}; models: {sorted(MODEL_CLASSES)}")
-    return make_model(key, hidden, vocab_size)
+        raise UsageError(f"unknown model {name!r}; models: {sorted(MODEL_CLASSES)}, or MODULE:NAME")
+    return make_model(key, DEFAULT_HIDDEN[command] if hidden is None else hidden, vocab_size)
+
+
+def user_model(spec: str):
+    """The model `MODULE:NAME` names: MODULE a dotted module name or a .py file, NAME a model
+    object in it (a zoo model, `ct.models.ProgramModel`, `ct.frontend.TracedModel` for a
+    `@ct.recursive` cell, a `ct.models.Model` subclass's instance) or a function of no
+    arguments that returns one."""
+    module_name, _, attr = spec.rpartition(":")
+    if not module_name or not attr:
+        raise UsageError(f"{spec!r}: expected MODULE:NAME (a module or .py file, and a model in it)")
+    try:
+        if module_name.endswith(".py") or os.path.sep in module_name:
+            if not os.path.isfile(module_name):
+                raise UsageError(f"{spec}: no file {module_name}")
+            loader = importlib.util.spec_from_file_location(
+                os.path.splitext(os.path.basename(module_name))[0], module_name)
+            module = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except UsageError:
+        raise
+    except Exception as err:        # the user's module failed to import: say so in one line
+        raise UsageError(f"{spec}: cannot import {module_name}: {type(err).__name__}: {err}") from None
+    if not hasattr(module, attr):
+        raise UsageError(f"{spec}: {module_name} has no {attr!r}")
+    value = getattr(module, attr)
+    if not _is_model(value) and callable(value):
+        try:
+            value = value()
+        except Exception as err:    # the factory failed: one line naming it
+            raise UsageError(f"{spec}: {attr}() raised {type(err).__name__}: {err}") from None
+    if not _is_model(value):
+        raise UsageError(f"{spec}: {attr} is a {type(value).__name__}, not a model (an object with "
+                         f"{', '.join(MODEL_METHODS)}, or a function returning one)")
+    return value
+
+
+def _is_model(value) -> bool:
+    return not isinstance(value, type) and all(callable(getattr(value, m, None)) for m in MODEL_METHODS)
 
 
 def _show(args) -> int:
@@ -60,7 +118,8 @@ def _show(args) -> int:
     from . import build, padding, recipes
     from .schedule import RecSchedule
     target = build.make_target(args.target)
-    model = padding.compiled_form(_make_model(args.model, args.hidden, args.vocab), target)
+    user = _make_model(args.model, args.hidden, args.vocab, "show")
+    model = padding.compiled_form(user, target)
 
     def fresh():
         return RecSchedule(model.lower(specialize_leaves=False))
@@ -77,8 +136,8 @@ def _show(args) -> int:
         recipe = recipes.Recipe(recipe.name, tuple(steps), knobs={k: [v] for k, v in recipe.knob_values().items()})
     rs = fresh()
     before = rs.script()
-    print(f"# {type(model).__name__} H={args.hidden} (kernel H={model.hidden_size}), schedule {recipe.name!r}, "
-          f"knobs {recipe.knob_values()}")
+    print(f"# {type(model).__name__} H={getattr(user, 'hidden_size', None)} "
+          f"(kernel H={getattr(model, 'hidden_size', None)}), schedule {recipe.name!r}, knobs {recipe.knob_values()}")
     print("# ---- lowered program (before any primitive)")
     print(before)
     for step in recipe.steps_with_knobs():
@@ -101,17 +160,21 @@ def _show(args) -> int:
 
 def _add_tune_parser(subparsers) -> None:
     p = subparsers.add_parser("tune", help="search a model's schedule knobs; trials go to a JSON-lines log")
-    p.add_argument("model", help=f"a zoo model: {', '.join(MODELS)}")
+    p.add_argument("model", help=f"a zoo model ({', '.join(MODELS)}) or MODULE:NAME, a model in a module "
+                                 "or .py file (or a function returning one)")
     p.add_argument("--trials", type=int, default=32, help="trials in all (ones already in the log count)")
     p.add_argument("--log", default="tuning.jsonl", help="JSON-lines tuning log (appended to; resumed)")
     p.add_argument("--trees", default=None, help="a PTB-bracket file to time on (default: bundled SST sample)")
-    p.add_argument("--hidden", type=int, default=256, help="hidden size (default: %(default)s)")
+    p.add_argument("--hidden", type=int, default=None,
+                   help=f"hidden size of a zoo model (default: {DEFAULT_HIDDEN['tune']})")
+    p.add_argument("--vocab", type=int, default=None,
+                   help="vocabulary size of a zoo model (default: the trees' vocabulary)")
     p.add_argument("--batch", type=int, default=10, help="trees per timed batch (default: %(default)s)")
     p.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--target", default="llvm", help="TVM target kind (default: %(default)s, this CPU)")
     p.add_argument("--mcpu", default=None, help="LLVM CPU to tune for (e.g. haswell: AVX2 code)")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per batch (the best counts)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed of the search (default: %(default)s)")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                    help="tune the bf16 build (compile(precision='bf16')); records are keyed by it")
     p.set_defaults(run=_tune)
@@ -125,7 +188,11 @@ def _tune(args) -> int:
     import cortex_tvm as ct
     from .tune import tune
     trees, vocab = ct.data.sst_sample() if args.trees is None else ct.data.load_ptb(args.trees)
-    model = _make_model(args.model, args.hidden, len(vocab))
+    if args.vocab is not None and ":" in args.model:
+        raise UsageError(f"--vocab applies to zoo models; {args.model} has its own sizes")
+    if args.vocab is not None and args.vocab < 1:
+        raise UsageError(f"--vocab must be at least 1, got {args.vocab}")
+    model = _make_model(args.model, args.hidden, args.vocab or len(vocab))
     target = {"kind": "llvm", "mcpu": args.mcpu} if args.mcpu else args.target
     best = tune(model, trials=args.trials, log=args.log, trees=trees, batch_size=args.batch,
                 target=target, seconds=args.seconds, seed=args.seed, repeats=args.repeats,
@@ -150,8 +217,10 @@ def main(argv=None) -> int:
     demo.add_argument("--trees", default=None, help="a PTB-bracket file instead of the bundled SST sample")
     demo.set_defaults(run=_demo)
     show = sub.add_parser("show", help="print the TIR after each primitive of a schedule recipe")
-    show.add_argument("model", help="a zoo model: treelstm, treefc, treegru, childsum, mvrnn, dagrnn, seqlstm, seqgru")
-    show.add_argument("--hidden", type=int, default=64, help="hidden size (default: %(default)s)")
+    show.add_argument("model", help=f"a zoo model ({', '.join(MODELS)}) or MODULE:NAME, a model in a module "
+                                    "or .py file (or a function returning one)")
+    show.add_argument("--hidden", type=int, default=None,
+                      help=f"hidden size of a zoo model (default: {DEFAULT_HIDDEN['show']})")
     show.add_argument("--vocab", type=int, default=100, help="vocabulary size (default: %(default)s)")
     show.add_argument("--schedule", default=None, help="recipe name or .json path (default: the model's)")
     show.add_argument("--target", default="llvm", help="TVM target: llvm or cuda (default: %(default)s)")
@@ -161,7 +230,11 @@ def main(argv=None) -> int:
     _add_tune_parser(sub)
     args = parser.parse_args(argv)
     config.use_all_cores()
-    return args.run(args)
+    try:
+        return args.run(args)
+    except UsageError as err:
+        print(f"{args.command}: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
