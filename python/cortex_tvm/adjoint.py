@@ -118,9 +118,15 @@ class Adjoint:
                     whole[name].allocate(self.level_pass.row_shapes(name), self._workspace(name))
         skip = {}
         if self.level_pass is not None:                       # first pass: the levels, top down
-            for weight, index, sums, layout_key in self.level_pass(lin, states, weights, d_states, whole):
+            reads, gathered = self.level_pass(lin, states, weights, d_states, whole)
+            for weight, index, sums, layout_key in reads:
                 grad = grads.setdefault(weight.name, np.zeros(weight.shape, np.float32))
                 _scatter_invariant(grad, index, sums, self._layouts.setdefault(layout_key, [None]))
+            for weight, _, stage, rows in gathered:              # an embedding's rows, by word
+                start, end = ranges[stage]
+                grad = grads.setdefault(weight.name, np.zeros(weight.shape, np.float32))
+                # (the program's one node input, as the level pass reads it: lin.words)
+                _add_rows(grad.reshape(grad.shape[0], -1), lin.words[start:end], rows.reshape(end - start, -1))
             skip = self.level_pass.weight_blocks
         else:
             for level in range(lin.num_levels - 1, -1, -1):

@@ -10,7 +10,7 @@ level's nodes) and adds loop nests to a function being built (`adjoint_kernel.le
   numpy weight pass the rest), one nest adds ``adjoint(block) * d body / d read`` to the
   read's element, by the rules of `adjoint.py` (`partials`).
 
-A level's nodes go in tiles of NODE_TILE, the rest one by one.  Axes of a block that a nest's indices do not use are
+A level's nodes go in tiles of NODE_TILE, the rest in tiles of 4, 2 and 1.  Axes of a block that a nest's indices do not use are
 summed first, in a register tile of NODE_TILE nodes x one vector of the indices' last axis, so
 each weight vector read serves the whole tile.  TreeLSTM's
 ``gates_sum[n, g, i] = sum_{j,k} U[g*H + i, j*H + k] * h[children[n, j], k]`` gives, per tile::
@@ -77,8 +77,14 @@ class StageEmitter:
         self.tensor_of = {block.out: block.key for block in self.blocks}    # output buffer -> its key
         self.state_of = {buf: key for key, buf in stage.placeholders.items() if isinstance(key, ra.RecState)}
         self.output_of = dict(stage.outputs)
-        #: what `partials` differentiates into: weights (True), or stage tensors and states
+        #: what `partials` differentiates into: the weights read alike by every node (True), or
+        #: stage tensors, states and the `gathered` reads
         self.weight_sinks = False
+        #: weight reads through a node's input (`emb[word[offset + n], e]`) whose adjoint rows
+        #: the level pass writes, one row per node (`gather_input`); filled by
+        #: `adjoint_weights.weight_blocks` for the blocks whose weight gradients it takes
+        self.gathered = []
+        self._positions = [block.position for block in self.blocks]
 
     # -- what a read is (buffers compared with same_as: TVM objects hash by handle) -------------
     def _tensor_key(self, buf):
@@ -91,8 +97,40 @@ class StageEmitter:
         if not str(load.ty.dtype).startswith("float"):
             return False
         if self.weight_sinks:
-            return self.weight_of(load.source) is not None
-        return self._tensor_key(load.source) is not None or self._state(load.source) is not None
+            return self.weight_of(load.source) is not None and not self.reads_node(load)
+        return (self._tensor_key(load.source) is not None or self._state(load.source) is not None
+                or self._gathered_index(load) is not None)
+
+    def reads_node(self, load) -> bool:
+        """Whether the read's indices depend on the node (an embedding row by the node's word)."""
+        return any(uses(i, p) for i in load.indices for p in self._positions)
+
+    def gather_input(self, block, load):
+        """The node input (`ra.NodeInput`) through which `load` reads its weight's rows when it
+        has the form ``weight[input[offset + n], a, b, ..]`` (the rest plain axes over whole
+        dimensions), else None."""
+        weight = self.weight_of(load.source)
+        first = load.indices[0] if load.indices else None
+        if weight is None or not isinstance(first, tvm.ir.TensorLoad) or len(first.indices) != 1:
+            return None
+        node_input = next((k for k, b in self.stage.placeholders.items()
+                           if isinstance(k, ra.NodeInput) and b.same_as(first.source)), None)
+        if node_input is None or node_input.missing is not None:
+            return None
+        at, offset, position = first.indices[0], self.stage.offset, block.position
+        if not (isinstance(at, tirx.Add) and ((at.a.same_as(offset) and at.b.same_as(position))
+                                              or (at.a.same_as(position) and at.b.same_as(offset)))):
+            return None
+        axes = [(v, ext) for v, ext in block.axes if not v.same_as(position)]
+        for d, index in enumerate(load.indices[1:], start=1):
+            extent = next((ext for v, ext in axes if v.same_as(index)), None)
+            if extent is None or int(extent) != weight.shape[d] or any(
+                    index.same_as(other) for other in load.indices[1:d]):
+                return None
+        return node_input
+
+    def _gathered_index(self, load):
+        return next((k for k, (_, g) in enumerate(self.gathered) if g.same_as(load)), None)
 
     def weight_of(self, buf):
         return next((k for k, b in self.stage.placeholders.items() if isinstance(k, ra.Weight) and b.same_as(buf)),
@@ -175,6 +213,14 @@ class StageEmitter:
         added to the read's element of its adjoint (a stage tensor's row, or a child's state
         row unless the child is the null node)."""
         key, state = self._tensor_key(load.source), self._state(load.source)
+        gathered = self._gathered_index(load)
+        if gathered is not None:                  # the node's row of the weight's adjoint rows
+            def add_row(rewrite, value):
+                buf = bufs["gathered"][gathered]
+                idx = [rewrite(ROW)] + [rewrite(i) for i in load.indices[1:]]
+                Tb.buffer_store(buf, buf[idx] + value, idx)
+            self._emit_nest(block, load.indices, coeff, bufs, level, add_row)
+            return
         if key is not None:
             if not (load.indices and load.indices[0].same_as(block.position)):
                 raise Unsupported(f"block {block.name!r} reads the stage tensor {load.source.name} at another node")
@@ -248,7 +294,9 @@ class StageEmitter:
                     nest(inner_axes, at)
 
         def accumulated(outer_map):
-            """A register tile: NODE_TILE nodes x one vector of the indices' last axis."""
+            """A register tile of NODE_TILE accumulators: the tile's nodes x NODE_TILE / nodes
+            vectors of the indices' last axis (a tile of one node still has NODE_TILE independent
+            sums in flight, not one chain of dependent FMAs)."""
             def columns(column_of, width, vector):
                 acc = Tb.alloc_buffer((level.tile_size, width), "float32", scope="local")
                 lane_loop = Tb.vectorized if vector else Tb.serial
@@ -272,7 +320,7 @@ class StageEmitter:
             if inner is None:
                 columns(None, 1, False)
             else:
-                column_chunks(inner[1], self.lanes, columns)
+                column_chunks(inner[1], self.lanes * (NODE_TILE // level.tile_size), columns)
 
         nest(outer, accumulated if summed else direct)
 
@@ -368,14 +416,23 @@ class _Level:
 
 def _tiles(offset, size, row_base, parallel, body):
     """body(_Level) for the whole tiles of NODE_TILE nodes of [offset, offset + size), then for
-    each node past them alone (a level of 3 nodes computes 3, not 8), each in a loop that is
-    parallel or not."""
-    loop = Tb.parallel if parallel else Tb.serial
+    the nodes past them in tiles of the powers of two below NODE_TILE (a level of 7 nodes runs
+    tiles of 1, 2 and 4: each weight vector read serves 4 nodes, not 1), all in one loop,
+    parallel or not (one fork and join per level)."""
     whole = size // NODE_TILE
-    with loop(0, whole) as tile:
-        body(_Level(tile * NODE_TILE, NODE_TILE, offset, size, row_base))
-    with loop(0, size - whole * NODE_TILE) as rest:
-        body(_Level(whole * NODE_TILE + rest, 1, offset, size, row_base))
+    rest = size - whole * NODE_TILE
+    loop = Tb.parallel if parallel else Tb.serial
+    with loop(0, whole + len(REST_TILES)) as step:
+        with Tb.If(step < whole):
+            with Tb.Then():
+                body(_Level(step * NODE_TILE, NODE_TILE, offset, size, row_base))
+            with Tb.Else():
+                for k, tile in enumerate(REST_TILES):
+                    # the rest's bits above `tile` are the nodes the larger rest tiles took
+                    with Tb.If(tirx.all(step == whole + k, rest // tile % 2 == 1)):
+                        with Tb.Then():
+                            body(_Level(whole * NODE_TILE + rest // (2 * tile) * (2 * tile), tile, offset, size,
+                                        row_base))
 
 
 #: stands for the row of the node in a stage's value and adjoint arrays in expressions built
@@ -383,3 +440,7 @@ def _tiles(offset, size, row_base, parallel, body):
 ROW = tirx.Var("row", "int32")
 #: nodes per iteration of a level's loop: a weight row read by a contraction serves them all
 NODE_TILE = 8
+#: the tiles of the nodes past a level's whole tiles: one of each whose bit is set in the rest,
+#: smallest first (a parallel loop gives each thread a contiguous run of steps, so the thread
+#: with the last whole tile starts the rest with the smallest)
+REST_TILES = (1, 2, 4)

@@ -14,8 +14,9 @@ one function per program:
 
 A tree's child has one parent, so no two nodes of a level write the same row; a batch with a
 node shared by two parents runs the function's serial twin, built the first time one comes.
-Only blocks that read a weight through the node (the embedding) are left to `adjoint.py`'s
-numpy weight pass, which reads the adjoints written here.
+A weight read through the node's word (`emb[word[offset + n], e]`) gets one adjoint row per
+node here; `adjoint.py` adds the rows into the table by word.  Only blocks that read a weight
+through the node in another form are left to its numpy weight pass.
 """
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     ("transposed", weight) for each weight its recomputation reads transposed and ("value" |
     "adj", stage, key, row shape) for each block (the stage's rows),
     ("weight_read", stage, key, ordinal, shape, weight, index arrays) for each node-independent
-    weight read whose gradient the function sums (`adjoint_weights`).
+    weight read whose gradient the function sums (`adjoint_weights`), ("gathered", stage, key,
+    weight, node input) for each read through the node's input: the adjoint of the weight's row
+    that each node (a row of the stage) reads.
     Raises Unsupported where a stage has a shape this does not emit."""
     emitters = {name: StageEmitter(stages[name], numpy_stages[name], lanes) for name in ("leaf", "internal")}
     weight_reads = {name: weight_blocks(emitter) for name, emitter in emitters.items()}
@@ -97,8 +100,14 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     params.append(("value", name, block.key, row_shape))
                     adj[block.key] = _arg(f"d_{name}_{block.out.name}", (rows,) + row_shape, "float32")
                     params.append(("adj", name, block.key, row_shape))
+                gathered = {}
+                for index, (block, load) in enumerate(emitter.gathered):
+                    weight = emitter.weight_of(load.source)
+                    gathered[index] = _arg(f"d_{name}_{weight.name}_rows{index}", (rows,) + weight.shape[1:],
+                                           "float32")
+                    params.append(("gathered", name, block.key, weight, emitter.gather_input(block, load)))
                 per_stage[name] = {"value": value, "adj": adj, "placeholder": placeholders, "d_state": d_states,
-                                   "transposed": transposed}
+                                   "transposed": transposed, "gathered": gathered}
             # every node's values first (no recursion left: the states are known), then the levels
             emitters["leaf"].emit_recompute(per_stage["leaf"], level_offsets[0], level_offsets[1] - level_offsets[0],
                                             parallel)
@@ -140,7 +149,8 @@ class LevelPass:
         self._functions = {True: self._compile(func, PARALLEL)}
         #: stage -> keys of the blocks whose weight gradients the function computes (the numpy
         #: weight pass leaves them out)
-        self.weight_blocks = {stage: {p[2] for p in self.params if p[0] == "weight_read" and p[1] == stage}
+        self.weight_blocks = {stage: {p[2] for p in self.params if p[0] in ("weight_read", "gathered")
+                                      and p[1] == stage}
                               for stage in ("leaf", "internal")}
         #: stage -> the row shape of each block's arrays (block key -> shape)
         self._row_shapes = {stage: {p[2]: p[3] for p in self.params if p[0] == "value" and p[1] == stage}
@@ -161,9 +171,10 @@ class LevelPass:
     def __call__(self, lin, states, weights, d_states, whole) -> list:
         """Recompute every block's value into `whole[stage].values` and run the levels, adding
         into `whole[stage].adjoints` (zeros) and `d_states` (the children's rows).  Returns the
-        weight reads summed here: [(weight, index arrays, the sums over the read's axes, a key
-        for `adjoint._scatter_invariant`'s layout memo)]."""
-        args, reads = [], []
+        weight reads summed here, [(weight, index arrays, the sums over the read's axes, a key
+        for `adjoint._scatter_invariant`'s layout memo)], and those read through the node,
+        [(weight, the node input, stage, one adjoint row per node of the stage)]."""
+        args, reads, gathered = [], [], []
         for position, param in enumerate(self.params):
             role = param[0]
             if role == "level_offsets":
@@ -186,6 +197,13 @@ class LevelPass:
                 sums.fill(0)                                 # the function adds block by block
                 args.append(sums)
                 reads.append((weight, index, sums, (stage, key, ordinal)))
+            elif role == "gathered":
+                _, stage, _, weight, node_input = param
+                level = whole.get(stage)
+                rows = self._held_rows(position, level.size if level is not None else 0, weight.shape[1:])
+                rows.fill(0)                                 # the nests add into the rows
+                args.append(rows)
+                gathered.append((weight, node_input, stage, rows))
             elif role == "state":
                 args.append(states[self.states.index(param[1])])
             elif role == "d_state":
@@ -201,7 +219,7 @@ class LevelPass:
         shared = children.size > 0 and np.bincount(children).max() > 1      # a DAG: a node with two parents
         self.function(not shared)(*args)
         self.last_run = "serial" if shared else "parallel"
-        return reads
+        return reads, gathered
 
     def _held(self, position, shape) -> np.ndarray:
         """This thread's array for the parameter at `position`, kept between calls (no page
@@ -210,6 +228,15 @@ class LevelPass:
         if position not in held or held[position].shape != tuple(shape):
             held[position] = np.empty(shape, np.float32)
         return held[position]
+
+    def _held_rows(self, position, count, row_shape) -> np.ndarray:
+        """The first `count` rows of this thread's array for the parameter at `position`, which
+        grows and is kept (a batch's node count changes from call to call)."""
+        held = self._arrays.__dict__.setdefault("by_param", {})
+        if position not in held or held[position].shape[0] < count:
+            held[position] = np.empty((max(count, 2 * held[position].shape[0] if position in held else 0),)
+                                      + tuple(row_shape), np.float32)
+        return held[position][:count]
 
     def row_shapes(self, stage: str) -> dict:
         """The row shape of each block's arrays of `stage` (block key -> shape)."""

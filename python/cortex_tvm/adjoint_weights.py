@@ -8,7 +8,9 @@ backward function (`adjoint_kernel.level_pass`), after the levels, into an array
 read's own axes (`R`, no two iterations write one element, so its tiles run in parallel);
 `index_arrays` says where each element of `R` goes in the weight, and `adjoint.py` adds it
 there (`_scatter_invariant`: a reshape for U).  A block that reads a weight through the node
-(an embedding row per word) stays with the numpy weight pass.
+(an embedding row per word, `emb[word[offset + n], e]`) has its adjoint written by the level pass
+as one row per node (the rows' scatter-add into the table, by word, is `adjoint.py`'s); a read
+through the node of another form leaves its block to the numpy weight pass.
 
 The nest tiles the read's largest outer axis by TILE (8 values of i for U) and its last axis by
 vectors, and takes the nodes in blocks of NODES_PER_BLOCK, whose rows of the adjoints and child
@@ -46,7 +48,8 @@ def weight_blocks(emitter) -> list:
         weight_loads = []
         tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, lambda ld: weight_loads.append(ld)
                                              if emitter.weight_of(ld.source) is not None else None), order="post")
-        if not weight_loads or any(uses(i, block.position) for ld in weight_loads for i in ld.indices):
+        through_node = [ld for ld in weight_loads if emitter.reads_node(ld)]
+        if not weight_loads or any(emitter.gather_input(block, ld) is None for ld in through_node):
             continue
         stand_in = tirx.decl_buffer(block.out.shape, block.out.dtype, name=f"d_{block.out.name}")
         emitter.weight_sinks = True
@@ -62,6 +65,8 @@ def weight_blocks(emitter) -> list:
         finally:
             emitter.weight_sinks = False
         found.append((block, stand_in, reads))
+        # the reads through the node: the level pass writes each node's adjoint row
+        emitter.gathered.extend((block, load) for load in through_node)
     return found
 
 

@@ -355,7 +355,9 @@ class CompiledModel:
                 d_rows = _adjoint_array(d_out, (len(plain.roots),) + shape, "root states", False)
                 np.add.at(d_states[0], plain.roots, d_rows)
             grads = adjoint.vjp(plain, saved, weights, d_states)
-            return {name: grads.get(name, np.zeros_like(w)) for name, w in weights.items()}
+            # (not grads.get(name, np.zeros_like(w)): that zeroes a copy of every weight, the
+            # embedding table's megabytes included, on every call)
+            return {name: grads[name] if name in grads else np.zeros_like(w) for name, w in weights.items()}
         return out, pullback
 
     def as_torch(self):

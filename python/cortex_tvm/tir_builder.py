@@ -9,16 +9,18 @@ from tvm.script.ir_builder import tirx as Tb
 
 def column_chunks(extent, lanes, chunk):
     """chunk(column_of, width, vector) over the columns range(extent): in a loop, whole vectors
-    of `lanes` (column_of(lane) = k_outer * lanes + lane, vector=True), then the rest
-    (vector=False).  A chunk's lanes are one T.vectorized loop: LLVM's own vectorizer leaves
-    these loops scalar (their indices are not provably consecutive)."""
+    of `lanes` (column_of(lane) = k_outer * lanes + lane, vector=True), then the rest, a
+    shorter vector (vector=True unless it is one column: H = 150 on AVX-512 ends in 6 columns,
+    which as scalars cost about as much as the 9 whole vectors before them).  A chunk's lanes
+    are one T.vectorized loop: LLVM's own vectorizer leaves these loops scalar (their indices
+    are not provably consecutive)."""
     extent = int(extent)
     whole = extent // lanes
     if whole:
         with Tb.serial(0, whole) as k_outer:
             chunk(lambda lane: k_outer * lanes + lane, lanes, True)
     if extent % lanes:
-        chunk(lambda lane: whole * lanes + lane, extent % lanes, False)
+        chunk(lambda lane: whole * lanes + lane, extent % lanes, extent % lanes > 1)
 
 
 def vector_loop(extent, lanes, body):

@@ -29,9 +29,22 @@ def _random_adjoints(states, rng):
 
 @pytest.mark.parametrize("name", sorted(ct.models.BY_NAME))
 def test_compiled_level_pass_equals_numpy(name, sst):
+    _check_against_numpy(name, H, sst, 6)
+
+
+def test_columns_past_whole_vectors_and_levels_past_whole_tiles(sst):
+    """H = 20: whole vectors, then a vector of the 4 columns past them (AVX-512 and AVX2 alike);
+    40 trees: levels of every size mod 8, so whole node tiles and each rest tile run."""
+    lin = _check_against_numpy("treelstm", 20, sst, 40)
+    sizes = np.diff(lin.level_offsets)
+    rests = {int(s) % 8 for s in sizes}
+    assert all(any(r & tile for r in rests) for tile in (4, 2, 1)) and sizes.max() > 8, sizes
+
+
+def _check_against_numpy(name, hidden, sst, count):
     trees, vocab = sst
-    model = ct.models.BY_NAME[name](hidden_size=H, vocab_size=len(vocab), **OPTIONS.get(name, {}))
-    structs = structures(name, trees[:6])
+    model = ct.models.BY_NAME[name](hidden_size=hidden, vocab_size=len(vocab), **OPTIONS.get(name, {}))
+    structs = structures(name, trees[:count])
     lin = model.linearize(structs)
     states = model.numpy_forward(lin)
     d_states = _random_adjoints(states, np.random.default_rng(1))
@@ -47,6 +60,7 @@ def test_compiled_level_pass_equals_numpy(name, sst):
     children = lin.children[lin.children != 0]
     shared = np.bincount(children).max() > 1
     assert compiled.level_pass.last_run == ("serial" if shared else "parallel")
+    return lin
 
 
 def _tree_fc_pass(parallel=True):
@@ -58,7 +72,7 @@ def _tree_fc_pass(parallel=True):
 
 def test_the_level_pass_ir():
     """TreeFC, h = tanh(W @ (h_left + h_right) + b): first every node's values (tiles of 8 nodes
-    in parallel, the nodes past the last whole tile one by one; the product with W reads W's
+    in parallel, the nodes past the last whole tile in tiles of 1, 2 and 4; the product with W reads W's
     transpose, one vector per load, into an 8 x 8-lane accumulator), then the levels from the top down (the product with W in the other direction
     reads W itself), children's rows written except the null node's, then the sums over every
     node that give dW and db; no weight written."""
@@ -67,14 +81,24 @@ def test_the_level_pass_ir():
     recompute, levels = text.split("for v_4 in range(v - 2):")             # the internal levels ...
     levels, weights = levels.split("    for v_4 in T.parallel(2):")       # ... then dW over all nodes
     assert "level_offsets[v - 2 - v_4]" in levels                          # ... from the top down
-    # whole tiles of 8 nodes in parallel, then the nodes past them one by one (also in parallel)
-    assert "for v_4 in T.parallel((level_offsets[v - 1] - level_offsets[1]) // 8):" in recompute
-    assert "for v_4 in T.parallel((level_offsets[v - 1] - level_offsets[1]) % 8):" in recompute
-    assert "for v_5 in T.parallel((level_offsets[v - v_4 - 1] - level_offsets[v - v_4 - 2]) // 8):" in levels
-    assert "for v_5 in T.parallel((level_offsets[v - v_4 - 1] - level_offsets[v - v_4 - 2]) % 8):" in levels
+    # whole tiles of 8 nodes, then the rest in a tile of 1, of 2 and of 4 where its bit is set,
+    # all in one parallel loop per level
+    assert "for v_4 in T.parallel((level_offsets[v - 1] - level_offsets[1]) // 8 + 3):" in recompute
+    assert "for v_5 in T.parallel((level_offsets[v - v_4 - 1] - level_offsets[v - v_4 - 2]) // 8 + 3):" in levels
+    size = "level_offsets[v - 2 - v_4 + 1] - level_offsets[v - 2 - v_4]"
+    rest = f"({size} - ({size}) // 8 * 8)"
+    assert f"if v_5 < ({size}) // 8:" in levels
+    assert f"if v_5 == ({size}) // 8 and {rest} % 2 == 1:" in levels
+    assert f"if v_5 == ({size}) // 8 + 1 and {rest} // 2 % 2 == 1:" in levels
+    assert f"if v_5 == ({size}) // 8 + 2 and {rest} // 4 % 2 == 1:" in levels
+    assert levels.count("T.parallel(") == 2                     # the internal levels', the leaves'
+    # a register tile holds 8 sums whatever its nodes: 8 nodes x 1 vector of 8 lanes; a smaller
+    # tile, 8 / nodes vectors (here all 16 columns)
+    assert "T.alloc_local((8, 8))" in levels
+    for tile in (4, 2, 1):
+        assert f"T.alloc_local(({tile}, 16))" in levels
     assert "internal_internal_h_sum[v_4 * 8 + v_6, v_5 * 8 + v_7] = buffer[v_6, v_7]" in recompute
     assert "W_T[v_6, v_5 * 8 + v_8] * internal_child_sum[v_4 * 8 + v_7, v_6]" in recompute
-    assert "T.alloc_local((8, 8))" in levels and "T.alloc_local((1, 8))" in levels   # node tile x lanes
     assert ("d_internal_internal_h_sum[level_offsets[v - 2 - v_4] - level_offsets[1] + (v_5 * 8 + v_8), v_7]"
             " * W[v_7, v_6 * 8 + v_9]") in levels
     assert "children[level_offsets[v - 2 - v_4] + (v_5 * 8 + v_6), 1] != 0" in levels
@@ -90,10 +114,14 @@ def test_the_level_pass_ir():
     # tanh's derivative reads the recomputed value, not a second tanh
     assert "(T.float32(1.0) - internal_internal_h[level_offsets" in levels
     assert {p[0] for p in params} == {"level_offsets", "placeholder", "transposed", "state", "d_state",
-                                      "value", "adj", "weight_read"}
-    # emb is read through the node's word: its gradient stays with the numpy weight pass
+                                      "value", "adj", "weight_read", "gathered"}
     assert sorted(p[5].name for p in params if p[0] == "weight_read") == ["W", "b"]
-    assert "d_W" not in text and "d_b" not in text and "d_emb" not in text
+    # emb is read through the leaf's word: each leaf's adjoint row of it (TreeFC's leaf h is its
+    # embedding row), which numpy adds into the table by word; no weight is written here
+    assert [(p[1], p[3].name, p[4].name) for p in params if p[0] == "gathered"] == [("leaf", "emb", "word")]
+    assert ("d_leaf_emb_rows0[v_4 * 8 + v_5, v_6 * 8 + v_7] = d_leaf_emb_rows0[v_4 * 8 + v_5, v_6 * 8 + v_7]"
+            " + d_leaf_leaf_h[v_4 * 8 + v_5, v_6 * 8 + v_7]") in levels
+    assert "d_W" not in text and "d_b" not in text and "d_emb[" not in text
     serial, _ = _tree_fc_pass(parallel=False)                 # a DAG's: the weights' sums stay parallel
     assert "T.parallel(" not in serial.script().split("    for v_4 in T.parallel(2):")[0]
     assert "T.min(v_" not in recompute + levels               # no node clamped, none computed twice
