@@ -10,7 +10,7 @@ level's nodes) and adds loop nests to a function being built (`adjoint_kernel.le
   numpy weight pass the rest), one nest adds ``adjoint(block) * d body / d read`` to the
   read's element, by the rules of `adjoint.py` (`partials`).
 
-A level's nodes go in tiles of NODE_TILE, the rest in tiles of 4, 2 and 1.  Axes of a block that a nest's indices do not use are
+A level's nodes go in one run per core (`_tiles`), each in tiles of NODE_TILE, the rest in tiles of 4, 2 and 1.  Axes of a block that a nest's indices do not use are
 summed first, in a register tile of NODE_TILE nodes x one vector of the indices' last axis, so
 each weight vector read serves the whole tile.  TreeLSTM's
 ``gates_sum[n, g, i] = sum_{j,k} U[g*H + i, j*H + k] * h[children[n, j], k]`` gives, per tile::
@@ -68,8 +68,10 @@ class StageEmitter:
     """The TIR for one stage's level: the stage (`lower.Stage`) and its numpy twin
     (`stage_numpy.StageNumpy`, whose block keys name the value and adjoint arrays)."""
 
-    def __init__(self, stage, numpy_stage, lanes: int):
-        self.stage, self.lanes = stage, lanes
+    def __init__(self, stage, numpy_stage, lanes: int, shares: int = 1):
+        #: lanes: float32 lanes of a vector; shares: the runs a level's nodes are split into
+        #: in a parallel loop (the cores)
+        self.stage, self.lanes, self.shares = stage, lanes, shares
         tir_blocks = list(sblocks(stage.func.body.block.body))
         if len(tir_blocks) != len(numpy_stage.blocks):
             raise Unsupported("the stage's blocks and their numpy reading differ")
@@ -161,7 +163,7 @@ class StageEmitter:
                 value = tirx.BufferLoad(block.out, [block.position] + list(block.out_indices[1:]))
                 for load, coeff in self.partials(block.body, adj_out, (block.body, value)):
                     self._emit_sink(block, load, coeff, bufs, level)
-        _tiles(offset, size, row_base, parallel, adjoints)
+        _tiles(offset, size, row_base, parallel, self.shares if parallel else 1, adjoints)
 
     def emit_recompute(self, bufs, offset, size, parallel: bool):
         """Add the recomputation of every block's value for the stage's nodes [offset, offset +
@@ -169,7 +171,7 @@ class StageEmitter:
         def values(level):
             for block in self.blocks:
                 self._emit_value(block, bufs, level)
-        _tiles(offset, size, 0, parallel, values)
+        _tiles(offset, size, 0, parallel, self.shares if parallel else 1, values)
 
     def partials(self, e, coeff, known=(None, None)):
         """(read, d(out)/d(read) * coeff) for every sink read under `e` (reverse mode, rule by rule).
@@ -414,25 +416,27 @@ class _Level:
             yield first + ((t,) if tile_index else ())
 
 
-def _tiles(offset, size, row_base, parallel, body):
-    """body(_Level) for the whole tiles of NODE_TILE nodes of [offset, offset + size), then for
-    the nodes past them in tiles of the powers of two below NODE_TILE (a level of 7 nodes runs
-    tiles of 1, 2 and 4: each weight vector read serves 4 nodes, not 1), all in one loop,
-    parallel or not (one fork and join per level)."""
-    whole = size // NODE_TILE
-    rest = size - whole * NODE_TILE
+def _tiles(offset, size, row_base, parallel, shares, body):
+    """body(_Level) for the nodes [offset, offset + size), split into `shares` runs of equal size
+    (give or take a node), one per iteration of a loop, parallel or not; each run in whole
+    tiles of NODE_TILE nodes, then its rest in tiles of 1, 2 and 4 where the rest's bit is set
+    (a run of 7 nodes: tiles of 1, 2 and 4, so each weight vector read serves up to 4 nodes,
+    not 1).  Runs of equal size keep the cores equally busy (20 nodes on 2 cores: 10 each, not
+    two tiles of 8 on one and 4 on the other), with one fork and join per level."""
     loop = Tb.parallel if parallel else Tb.serial
-    with loop(0, whole + len(REST_TILES)) as step:
-        with Tb.If(step < whole):
-            with Tb.Then():
-                body(_Level(step * NODE_TILE, NODE_TILE, offset, size, row_base))
-            with Tb.Else():
-                for k, tile in enumerate(REST_TILES):
-                    # the rest's bits above `tile` are the nodes the larger rest tiles took
-                    with Tb.If(tirx.all(step == whole + k, rest // tile % 2 == 1)):
-                        with Tb.Then():
-                            body(_Level(whole * NODE_TILE + rest // (2 * tile) * (2 * tile), tile, offset, size,
-                                        row_base))
+    with loop(0, shares) as share:
+        first = Tb.bind(size * share // shares)
+        count = Tb.bind(size * (share + 1) // shares - first)
+        whole = count // NODE_TILE
+        with Tb.serial(0, whole) as tile:
+            body(_Level(first + tile * NODE_TILE, NODE_TILE, offset, size, row_base))
+        rest = count - whole * NODE_TILE
+        for tile in REST_TILES:
+            # the rest's bits above `tile` are the nodes the larger rest tiles took
+            with Tb.If(rest // tile % 2 == 1):
+                with Tb.Then():
+                    body(_Level(first + whole * NODE_TILE + rest // (2 * tile) * (2 * tile), tile, offset, size,
+                                row_base))
 
 
 #: stands for the row of the node in a stage's value and adjoint arrays in expressions built
@@ -440,7 +444,5 @@ def _tiles(offset, size, row_base, parallel, body):
 ROW = tirx.Var("row", "int32")
 #: nodes per iteration of a level's loop: a weight row read by a contraction serves them all
 NODE_TILE = 8
-#: the tiles of the nodes past a level's whole tiles: one of each whose bit is set in the rest,
-#: smallest first (a parallel loop gives each thread a contiguous run of steps, so the thread
-#: with the last whole tile starts the rest with the smallest)
+#: the tiles of the nodes past a run's whole tiles: one of each whose bit is set in the rest
 REST_TILES = (1, 2, 4)

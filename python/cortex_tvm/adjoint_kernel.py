@@ -38,10 +38,11 @@ PARALLEL, SERIAL = "cortex_adjoint_levels", "cortex_adjoint_levels_serial"
 
 
 def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: int = 8,
-               parallel: bool = True) -> tuple:
+               parallel: bool = True, cores: int = 1) -> tuple:
     """(PrimFunc, its parameters) of the level pass for the stages "leaf" and "internal"
     (`lower.build_stage`) and their `StageNumpy` twins; `lanes`: float32 lanes of a vector;
-    parallel: each level's node tiles in a parallel loop (PARALLEL) or a serial one (SERIAL).
+    parallel: each level's nodes in `cores` runs in a parallel loop (PARALLEL), or in a serial
+    loop (SERIAL).
 
     Parameters, in order: ("level_offsets",), ("placeholder", key) for each int input and weight
     the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), per stage
@@ -52,7 +53,7 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     weight, node input) for each read through the node's input: the adjoint of the weight's row
     that each node (a row of the stage) reads.
     Raises Unsupported where a stage has a shape this does not emit."""
-    emitters = {name: StageEmitter(stages[name], numpy_stages[name], lanes) for name in ("leaf", "internal")}
+    emitters = {name: StageEmitter(stages[name], numpy_stages[name], lanes, cores) for name in ("leaf", "internal")}
     weight_reads = {name: weight_blocks(emitter) for name, emitter in emitters.items()}
     fname = PARALLEL if parallel else SERIAL
     params = []
@@ -143,7 +144,8 @@ class LevelPass:
     The serial twin, for batches with a shared node, is built the first time one comes."""
 
     def __init__(self, stages: dict, numpy_stages: dict, program: ra.RecProgram, target):
-        self._build = lambda parallel: level_pass(stages, numpy_stages, program, cpu_info(target).lanes, parallel)
+        info = cpu_info(target)
+        self._build = lambda parallel: level_pass(stages, numpy_stages, program, info.lanes, parallel, info.cores)
         self.target, self.states = target, list(program.states)
         func, self.params = self._build(True)
         self._functions = {True: self._compile(func, PARALLEL)}

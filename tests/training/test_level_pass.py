@@ -67,12 +67,12 @@ def _tree_fc_pass(parallel=True):
     model = ct.models.TreeFC(hidden_size=16, vocab_size=20)
     stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
     numpy_stages = {n: StageNumpy(s) for n, s in stages.items()}
-    return adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=8, parallel=parallel)
+    return adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=8, parallel=parallel, cores=3)
 
 
 def test_the_level_pass_ir():
-    """TreeFC, h = tanh(W @ (h_left + h_right) + b): first every node's values (tiles of 8 nodes
-    in parallel, the nodes past the last whole tile in tiles of 1, 2 and 4; the product with W reads W's
+    """TreeFC, h = tanh(W @ (h_left + h_right) + b): first every node's values (a run of nodes
+    per core, in parallel, each in tiles of 8 nodes, then tiles of 1, 2 and 4; the product with W reads W's
     transpose, one vector per load, into an 8 x 8-lane accumulator), then the levels from the top down (the product with W in the other direction
     reads W itself), children's rows written except the null node's, then the sums over every
     node that give dW and db; no weight written."""
@@ -81,27 +81,27 @@ def test_the_level_pass_ir():
     recompute, levels = text.split("for v_4 in range(v - 2):")             # the internal levels ...
     levels, weights = levels.split("    for v_4 in T.parallel(2):")       # ... then dW over all nodes
     assert "level_offsets[v - 2 - v_4]" in levels                          # ... from the top down
-    # whole tiles of 8 nodes, then the rest in a tile of 1, of 2 and of 4 where its bit is set,
-    # all in one parallel loop per level
-    assert "for v_4 in T.parallel((level_offsets[v - 1] - level_offsets[1]) // 8 + 3):" in recompute
-    assert "for v_5 in T.parallel((level_offsets[v - v_4 - 1] - level_offsets[v - v_4 - 2]) // 8 + 3):" in levels
+    # each level's nodes in 3 runs of equal size (the cores given), in parallel; each run in
+    # whole tiles of 8 nodes, then its rest in a tile of 1, of 2 and of 4 where its bit is set
+    assert "for v_4 in T.parallel(3):" in recompute
     size = "level_offsets[v - 2 - v_4 + 1] - level_offsets[v - 2 - v_4]"
-    rest = f"({size} - ({size}) // 8 * 8)"
-    assert f"if v_5 < ({size}) // 8:" in levels
-    assert f"if v_5 == ({size}) // 8 and {rest} % 2 == 1:" in levels
-    assert f"if v_5 == ({size}) // 8 + 1 and {rest} // 2 % 2 == 1:" in levels
-    assert f"if v_5 == ({size}) // 8 + 2 and {rest} // 4 % 2 == 1:" in levels
+    assert "for v_5 in T.parallel(3):" in levels
+    assert f"v_6: T.let[T.int32] = ({size}) * v_5 // 3" in levels                    # the run's first
+    assert f"v_7: T.let[T.int32] = ({size}) * (v_5 + 1) // 3 - v_6" in levels       # its nodes
+    assert "for v_8 in range(v_7 // 8):" in levels
+    for bit in ("% 2 == 1", "// 2 % 2 == 1", "// 4 % 2 == 1"):
+        assert f"if (v_7 - v_7 // 8 * 8) {bit}:" in levels
     assert levels.count("T.parallel(") == 2                     # the internal levels', the leaves'
     # a register tile holds 8 sums whatever its nodes: 8 nodes x 1 vector of 8 lanes; a smaller
     # tile, 8 / nodes vectors (here all 16 columns)
     assert "T.alloc_local((8, 8))" in levels
     for tile in (4, 2, 1):
         assert f"T.alloc_local(({tile}, 16))" in levels
-    assert "internal_internal_h_sum[v_4 * 8 + v_6, v_5 * 8 + v_7] = buffer[v_6, v_7]" in recompute
-    assert "W_T[v_6, v_5 * 8 + v_8] * internal_child_sum[v_4 * 8 + v_7, v_6]" in recompute
-    assert ("d_internal_internal_h_sum[level_offsets[v - 2 - v_4] - level_offsets[1] + (v_5 * 8 + v_8), v_7]"
-            " * W[v_7, v_6 * 8 + v_9]") in levels
-    assert "children[level_offsets[v - 2 - v_4] + (v_5 * 8 + v_6), 1] != 0" in levels
+    assert "internal_internal_h_sum[v_5 + v_7 * 8 + v_9, v_8 * 8 + v_10] = buffer[v_9, v_10]" in recompute
+    assert "W_T[v_9, v_8 * 8 + v_11] * internal_child_sum[v_5 + v_7 * 8 + v_10, v_9]" in recompute
+    assert ("d_internal_internal_h_sum[level_offsets[v - 2 - v_4] - level_offsets[1] + (v_6 + v_8 * 8 + v_11), v_10]"
+            " * W[v_10, v_9 * 8 + v_12]") in levels
+    assert "children[level_offsets[v - 2 - v_4] + (v_6 + v_8 * 8 + v_9), 1] != 0" in levels
     assert "T.vectorized(8)" in levels
     # dW[i, k] = sum over every internal node of d h_sum[n, i] * child_sum[n, k]: blocks of 32
     # nodes, each adding into an 8-row x 8-lane register tile of dW
@@ -119,8 +119,8 @@ def test_the_level_pass_ir():
     # emb is read through the leaf's word: each leaf's adjoint row of it (TreeFC's leaf h is its
     # embedding row), which numpy adds into the table by word; no weight is written here
     assert [(p[1], p[3].name, p[4].name) for p in params if p[0] == "gathered"] == [("leaf", "emb", "word")]
-    assert ("d_leaf_emb_rows0[v_4 * 8 + v_5, v_6 * 8 + v_7] = d_leaf_emb_rows0[v_4 * 8 + v_5, v_6 * 8 + v_7]"
-            " + d_leaf_leaf_h[v_4 * 8 + v_5, v_6 * 8 + v_7]") in levels
+    assert ("d_leaf_emb_rows0[v_5 + v_7 * 8 + v_8, v_9 * 8 + v_10] = d_leaf_emb_rows0[v_5 + v_7 * 8 + v_8,"
+            " v_9 * 8 + v_10] + d_leaf_leaf_h[v_5 + v_7 * 8 + v_8, v_9 * 8 + v_10]") in levels
     assert "d_W" not in text and "d_b" not in text and "d_emb[" not in text
     serial, _ = _tree_fc_pass(parallel=False)                 # a DAG's: the weights' sums stay parallel
     assert "T.parallel(" not in serial.script().split("    for v_4 in T.parallel(2):")[0]
