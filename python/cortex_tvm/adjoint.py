@@ -88,7 +88,31 @@ class Adjoint:
         held = self._held.__dict__.setdefault("stages", {})
         return held.setdefault(stage, {})
 
-    def vjp(self, lin, states: list, weights: dict, d_states: list) -> dict:
+    def forward(self, lin, weights: dict):
+        """The training forward in the compiled pass (None without one): every state's rows,
+        (num_slots, *shape) float32 each (slot 0, the null node, zeros), computed level by level
+        from the leaves with every block's value kept for the backward, and a token that
+        `vjp(..., forwarded=token)` hands back to use those values instead of recomputing them
+        (until this thread's next `forward` overwrites them)."""
+        if self.level_pass is None:
+            return None
+        states = [np.zeros((lin.num_slots,) + s.shape, np.float32) for s in self.program.states]
+        self.level_pass(lin, states, weights, None, self._levels(lin, states, weights, None), part="forward")
+        token = self._held.__dict__["forwarded"] = object()
+        return states, token
+
+    def _levels(self, lin, states, weights, d_states) -> dict:
+        """{stage: _Level over all of its nodes} with this thread's value and adjoint arrays
+        (adjoints zeroed, values as the last call left them)."""
+        offsets, whole = lin.level_offsets, {}
+        for name, (start, end) in (("leaf", (int(offsets[0]), int(offsets[1]))),
+                                   ("internal", (int(offsets[1]), int(offsets[-1])))):
+            if end > start:
+                whole[name] = _Level(self.stages[name], lin, states, weights, d_states, start, end - start)
+                whole[name].allocate(self.level_pass.row_shapes(name), self._workspace(name))
+        return whole
+
+    def vjp(self, lin, states: list, weights: dict, d_states: list, forwarded=None) -> dict:
         """Gradients of sum(d_states * states) with respect to every weight the program reads.
 
         lin: from `self.linearize`; states: each state's (num_slots, *shape) float32 rows, as
@@ -99,26 +123,33 @@ class Adjoint:
         each level's tensors, and through them of its children's states; the weights wait.
         The second runs once over all the stage's nodes: each weight's gradient from the
         tensors' adjoints, as matrix products over every node at once.
+
+        forwarded: the token of the `forward` that computed `states` on this thread; while no
+        later `forward` has overwritten its values, the compiled pass skips recomputing them.
         """
         with single_threaded_blas():
-            return self._vjp(lin, states, weights, d_states)
+            return self._vjp(lin, states, weights, d_states, forwarded)
 
-    def _vjp(self, lin, states, weights, d_states):
+    def _vjp(self, lin, states, weights, d_states, forwarded=None):
         d_states = [np.array(d, np.float32) for d in d_states]
         grads, deferred = {}, {}
         offsets = lin.level_offsets
         ranges = {"leaf": (int(offsets[0]), int(offsets[1])), "internal": (int(offsets[1]), int(offsets[-1]))}
         whole = {}
-        for name, (start, end) in ranges.items():
-            if end > start:
-                whole[name] = _Level(self.stages[name], lin, states, weights, d_states, start, end - start)
-                if self.level_pass is None:
+        if self.level_pass is None:
+            for name, (start, end) in ranges.items():
+                if end > start:
+                    whole[name] = _Level(self.stages[name], lin, states, weights, d_states, start, end - start)
                     whole[name].recompute()
-                else:                                         # the compiled pass recomputes
-                    whole[name].allocate(self.level_pass.row_shapes(name), self._workspace(name))
+        else:                                                 # the compiled pass has or makes the values
+            whole = self._levels(lin, states, weights, d_states)
         skip = {}
         if self.level_pass is not None:                       # first pass: the levels, top down
-            reads, gathered = self.level_pass(lin, states, weights, d_states, whole)
+            kept = forwarded is not None and self._held.__dict__.get("forwarded") is forwarded
+            if not kept:                          # the recomputation overwrites the last forward's values
+                self._held.__dict__["forwarded"] = None
+            reads, gathered = self.level_pass(lin, states, weights, d_states, whole,
+                                              part="backward" if kept else "all")
             for weight, index, sums, layout_key in reads:
                 grad = grads.setdefault(weight.name, np.zeros(weight.shape, np.float32))
                 _scatter_invariant(grad, index, sums, self._layouts.setdefault(layout_key, [None]))

@@ -165,13 +165,22 @@ class StageEmitter:
                     self._emit_sink(block, load, coeff, bufs, level)
         _tiles(offset, size, row_base, parallel, self.shares if parallel else 1, adjoints)
 
-    def emit_recompute(self, bufs, offset, size, parallel: bool):
-        """Add the recomputation of every block's value for the stage's nodes [offset, offset +
-        size) (rows 0 ..) to the function being built; no node waits for another."""
+    def emit_recompute(self, bufs, offset, size, parallel: bool, row_base=0, write_states: bool = False):
+        """Add the computation of every block's value for the stage's nodes [offset, offset +
+        size) (rows row_base ..) to the function being built; no node waits for another.
+        write_states: also write each node's states (its rows of the state arrays) from the
+        blocks that make them, as the forward does."""
         def values(level):
             for block in self.blocks:
                 self._emit_value(block, bufs, level)
-        _tiles(offset, size, 0, parallel, self.shares if parallel else 1, values)
+            if write_states:
+                for state, out_buf in self.output_of.items():
+                    value = bufs["value"][self._tensor_key(out_buf)]
+                    with level.nodes() as (row, node):
+                        with Tb.grid(*state.shape) as ix:
+                            ix = as_list(ix)
+                            Tb.buffer_store(bufs["state"][state], value[[row] + ix], [node] + ix)
+        _tiles(offset, size, row_base, parallel, self.shares if parallel else 1, values)
 
     def partials(self, e, coeff, known=(None, None)):
         """(read, d(out)/d(read) * coeff) for every sink read under `e` (reverse mode, rule by rule).

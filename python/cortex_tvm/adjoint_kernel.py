@@ -35,14 +35,22 @@ from .target import cpu_info
 
 #: the compiled functions: every level in parallel over its nodes, or serially (shared nodes)
 PARALLEL, SERIAL = "cortex_adjoint_levels", "cortex_adjoint_levels_serial"
+#: the function names of each part (`level_pass`), parallel and serial
+NAMES = {"all": {True: PARALLEL, False: SERIAL},
+         "forward": {True: "cortex_adjoint_forward", False: "cortex_adjoint_forward_serial"},
+         "backward": {True: "cortex_adjoint_backward", False: "cortex_adjoint_backward_serial"}}
 
 
 def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: int = 8,
-               parallel: bool = True, cores: int = 1) -> tuple:
+               parallel: bool = True, cores: int = 1, part: str = "all") -> tuple:
     """(PrimFunc, its parameters) of the level pass for the stages "leaf" and "internal"
     (`lower.build_stage`) and their `StageNumpy` twins; `lanes`: float32 lanes of a vector;
     parallel: each level's nodes in `cores` runs in a parallel loop (PARALLEL), or in a serial
-    loop (SERIAL).
+    loop (SERIAL).  part: "all" (the recomputation of every node's values, then the levels
+    from the roots down and the weights' sums), "forward" (the values level by level from the
+    leaves up, each level's states written from them: the training forward, which leaves
+    the values for "backward"), or "backward" (the levels and the sums alone).  Every part
+    takes the same parameters.
 
     Parameters, in order: ("level_offsets",), ("placeholder", key) for each int input and weight
     the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), per stage
@@ -55,7 +63,7 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     Raises Unsupported where a stage has a shape this does not emit."""
     emitters = {name: StageEmitter(stages[name], numpy_stages[name], lanes, cores) for name in ("leaf", "internal")}
     weight_reads = {name: weight_blocks(emitter) for name, emitter in emitters.items()}
-    fname = PARALLEL if parallel else SERIAL
+    fname = NAMES[part][parallel]
     params = []
     with IRBuilder() as ib:
         with Tb.prim_func():
@@ -108,19 +116,28 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                                            "float32")
                     params.append(("gathered", name, block.key, weight, emitter.gather_input(block, load)))
                 per_stage[name] = {"value": value, "adj": adj, "placeholder": placeholders, "d_state": d_states,
-                                   "transposed": transposed, "gathered": gathered}
-            # every node's values first (no recursion left: the states are known), then the levels
-            emitters["leaf"].emit_recompute(per_stage["leaf"], level_offsets[0], level_offsets[1] - level_offsets[0],
-                                            parallel)
-            emitters["internal"].emit_recompute(per_stage["internal"], level_offsets[1],
-                                                level_offsets[L1 - 1] - level_offsets[1], parallel)
-            with Tb.serial(0, L1 - 2) as down:                  # the internal levels, top down
-                level = L1 - 2 - down
-                start = level_offsets[level]
-                emitters["internal"].emit_level(per_stage["internal"], start, level_offsets[level + 1] - start,
-                                                start - level_offsets[1], parallel)
-            emitters["leaf"].emit_level(per_stage["leaf"], level_offsets[0], level_offsets[1] - level_offsets[0],
-                                        0, parallel)
+                                   "transposed": transposed, "gathered": gathered, "state": states}
+            leaves = (level_offsets[0], level_offsets[1] - level_offsets[0])
+            if part == "all":
+                # every node's values first (no recursion left: the states are known), then the levels
+                emitters["leaf"].emit_recompute(per_stage["leaf"], *leaves, parallel)
+                emitters["internal"].emit_recompute(per_stage["internal"], level_offsets[1],
+                                                    level_offsets[L1 - 1] - level_offsets[1], parallel)
+            elif part == "forward":
+                # the leaves, then each level on the states of the one below
+                emitters["leaf"].emit_recompute(per_stage["leaf"], *leaves, parallel, write_states=True)
+                with Tb.serial(1, L1 - 1) as level:
+                    start = level_offsets[level]
+                    emitters["internal"].emit_recompute(per_stage["internal"], start, level_offsets[level + 1] - start,
+                                                        parallel, row_base=start - level_offsets[1],
+                                                        write_states=True)
+            if part != "forward":
+                with Tb.serial(0, L1 - 2) as down:                  # the internal levels, top down
+                    level = L1 - 2 - down
+                    start = level_offsets[level]
+                    emitters["internal"].emit_level(per_stage["internal"], start, level_offsets[level + 1] - start,
+                                                    start - level_offsets[1], parallel)
+                emitters["leaf"].emit_level(per_stage["leaf"], *leaves, 0, parallel)
             # the gradients of the weights every level reads alike, over all of a stage's nodes
             for name, first, last in (("leaf", 0, 1), ("internal", 1, L1 - 1)):
                 for block, stand_in, reads in weight_reads[name]:
@@ -129,8 +146,10 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                         out = _arg(f"grad_{name}_{block.out.name}_{ordinal}", shape, "float32")
                         params.append(("weight_read", name, block.key, ordinal, shape,
                                        emitters[name].weight_of(load.source), index_arrays(load, axes)))
-                        emit_weight_read(emitters[name], block, stand_in, load, coeff, axes, out, per_stage[name],
-                                         level_offsets[first], level_offsets[last] - level_offsets[first])
+                        if part != "forward":
+                            emit_weight_read(emitters[name], block, stand_in, load, coeff, axes, out,
+                                             per_stage[name], level_offsets[first],
+                                             level_offsets[last] - level_offsets[first])
     return fast_math.rewrite(ib.get()), params
 
 
@@ -141,14 +160,21 @@ def _arg(name, shape, dtype):
 class LevelPass:
     """The compiled level pass of one program for `target`, called where the numpy one would be
     (`Adjoint._vjp`): it adds into the blocks' adjoint arrays and the children's state adjoints.
-    The serial twin, for batches with a shared node, is built the first time one comes."""
+    Three parts (`level_pass`): the training forward and the backward after it, built with
+    the model, and the whole pass with its own recomputation, built the first time a backward
+    comes without its forward's values; the serial twins, for batches with a shared node,
+    likewise the first time one comes."""
 
     def __init__(self, stages: dict, numpy_stages: dict, program: ra.RecProgram, target):
         info = cpu_info(target)
-        self._build = lambda parallel: level_pass(stages, numpy_stages, program, info.lanes, parallel, info.cores)
+        self._build = lambda part, parallel: level_pass(stages, numpy_stages, program, info.lanes, parallel,
+                                                        info.cores, part)
         self.target, self.states = target, list(program.states)
-        func, self.params = self._build(True)
-        self._functions = {True: self._compile(func, PARALLEL)}
+        (forward, self.params), (backward, _) = self._build("forward", True), self._build("backward", True)
+        names = (NAMES["forward"][True], NAMES["backward"][True])
+        executable = tvm.compile(tvm.IRModule(dict(zip(names, (forward, backward)))), target=target,
+                                 tir_pipeline=tir_pipeline.NAME)
+        self._functions = {("forward", True): executable[names[0]], ("backward", True): executable[names[1]]}
         #: stage -> keys of the blocks whose weight gradients the function computes (the numpy
         #: weight pass leaves them out)
         self.weight_blocks = {stage: {p[2] for p in self.params if p[0] in ("weight_read", "gathered")
@@ -157,26 +183,30 @@ class LevelPass:
         #: stage -> the row shape of each block's arrays (block key -> shape)
         self._row_shapes = {stage: {p[2]: p[3] for p in self.params if p[0] == "value" and p[1] == stage}
                             for stage in ("leaf", "internal")}
-        #: "parallel" or "serial": the function the last call ran
+        #: (part, "parallel" or "serial"): the function the last call ran
         self.last_run = None
         self._arrays = threading.local()
 
-    def _compile(self, func, name):
-        return tvm.compile(tvm.IRModule({name: func}), target=self.target, tir_pipeline=tir_pipeline.NAME)[name]
+    def function(self, part: str, parallel: bool):
+        if (part, parallel) not in self._functions:
+            func, _ = self._build(part, parallel)
+            name = NAMES[part][parallel]
+            self._functions[(part, parallel)] = tvm.compile(tvm.IRModule({name: func}), target=self.target,
+                                                            tir_pipeline=tir_pipeline.NAME)[name]
+        return self._functions[(part, parallel)]
 
-    def function(self, parallel: bool):
-        if parallel not in self._functions:
-            func, _ = self._build(parallel)
-            self._functions[parallel] = self._compile(func, PARALLEL if parallel else SERIAL)
-        return self._functions[parallel]
-
-    def __call__(self, lin, states, weights, d_states, whole) -> list:
-        """Recompute every block's value into `whole[stage].values` and run the levels, adding
-        into `whole[stage].adjoints` (zeros) and `d_states` (the children's rows).  Returns the
-        weight reads summed here, [(weight, index arrays, the sums over the read's axes, a key
-        for `adjoint._scatter_invariant`'s layout memo)], and those read through the node,
-        [(weight, the node input, stage, one adjoint row per node of the stage)]."""
+    def __call__(self, lin, states, weights, d_states, whole, part: str = "all") -> list:
+        """part "all": recompute every block's value into `whole[stage].values` and run the
+        levels, adding into `whole[stage].adjoints` (zeros) and `d_states` (the children's
+        rows); "backward": the same on the values a "forward" call left in `whole`; "forward":
+        every block's value, level by level from the leaves, and each node's rows of `states`
+        (zeros), d_states unused.  Returns the weight reads summed here, [(weight, index arrays,
+        the sums over the read's axes, a key for `adjoint._scatter_invariant`'s layout memo)],
+        and those read through the node, [(weight, the node input, stage, one adjoint row per
+        node of the stage)] (both empty for "forward")."""
         args, reads, gathered = [], [], []
+        if d_states is None:                                  # the forward reads no adjoint
+            d_states = states
         for position, param in enumerate(self.params):
             role = param[0]
             if role == "level_offsets":
@@ -189,23 +219,26 @@ class LevelPass:
                     args.append(lin.words)
                 else:
                     args.append(getattr(lin, key))       # children, num_children
-            elif role == "transposed":
+            elif role == "transposed":                        # read by the values' computation only
                 weight = np.asarray(weights[param[1].name], np.float32)
                 args.append(self._held(position, weight.shape[::-1]))
-                np.copyto(args[-1], weight.T)
+                if part != "backward":
+                    np.copyto(args[-1], weight.T)
             elif role == "weight_read":
                 _, stage, key, ordinal, shape, weight, index = param
                 sums = self._held(position, shape)
-                sums.fill(0)                                 # the function adds block by block
                 args.append(sums)
-                reads.append((weight, index, sums, (stage, key, ordinal)))
+                if part != "forward":
+                    sums.fill(0)                             # the function adds block by block
+                    reads.append((weight, index, sums, (stage, key, ordinal)))
             elif role == "gathered":
                 _, stage, _, weight, node_input = param
                 level = whole.get(stage)
                 rows = self._held_rows(position, level.size if level is not None else 0, weight.shape[1:])
-                rows.fill(0)                                 # the nests add into the rows
                 args.append(rows)
-                gathered.append((weight, node_input, stage, rows))
+                if part != "forward":
+                    rows.fill(0)                             # the nests add into the rows
+                    gathered.append((weight, node_input, stage, rows))
             elif role == "state":
                 args.append(states[self.states.index(param[1])])
             elif role == "d_state":
@@ -218,9 +251,11 @@ class LevelPass:
                 else:
                     args.append(level.values[key] if role == "value" else level.adjoints[key])
         children = lin.children[lin.children != NULL_SLOT]
-        shared = children.size > 0 and np.bincount(children).max() > 1      # a DAG: a node with two parents
-        self.function(not shared)(*args)
-        self.last_run = "serial" if shared else "parallel"
+        # a DAG's node with two parents gets its adjoint from both: the backward runs serially;
+        # the forward writes each node's own rows, and runs in parallel whatever the batch
+        shared = part != "forward" and children.size > 0 and np.bincount(children).max() > 1
+        self.function(part, not shared)(*args)
+        self.last_run = (part, "serial" if shared else "parallel")
         return reads, gathered
 
     def _held(self, position, shape) -> np.ndarray:

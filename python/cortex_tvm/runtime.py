@@ -325,21 +325,28 @@ class CompiledModel:
 
         `out` is what `compiled(trees, all_nodes)` returns: the roots' first state (B, *shape),
         or with all_nodes=True one (nodes, *shape) array per tree, postorder; `d_out` has the
-        same shapes (a list, or the arrays concatenated).  The forward is the compiled kernel;
-        the backward (`adjoint.Adjoint`, generated from the RA program) recomputes each stage's
-        tensors from the saved states, one row per node each.  Needs compile(training=True)."""
+        same shapes (a list, or the arrays concatenated).  With the compiled backward
+        (`adjoint.Adjoint`, generated from the RA program), the forward is its own: every
+        node's tensors level by level, kept for the pullback (a later `vjp` on the same thread
+        overwrites them; a pullback called after it computes them again from the states);
+        otherwise the compiled kernel, and the numpy backward recomputes each stage's tensors
+        from its states.  Needs compile(training=True)."""
         if self.adjoint is None:
             raise ValueError("vjp: this model has no backward pass: compile it with training=True "
                              "(model.compile(training=True) or ct.compile(..., training=True)); a model "
                              "loaded from an export has none")
-        lin = self.linearize(trees)
-        _, states = self.run(lin, check=self.bounds_check)
         plain = self.adjoint.linearize(trees)             # one node per slot, level by level
-        saved = []
-        for state, shape in zip(states, self.state_shapes):
-            rows = np.zeros((plain.num_slots,) + shape, np.float32)
-            rows[plain.node_slots] = state[lin.node_slots][(slice(None),) + tuple(slice(0, d) for d in shape)]
-            saved.append(rows)
+        forwarded = self.adjoint.forward(plain, self.training_weights)
+        if forwarded is not None:       # the backward's own forward, which keeps what it needs
+            saved, token = forwarded
+        else:                           # the kernel's states, moved to the backward's layout
+            lin, token = self.linearize(trees), None
+            _, states = self.run(lin, check=self.bounds_check)
+            saved = []
+            for state, shape in zip(states, self.state_shapes):
+                rows = np.zeros((plain.num_slots,) + shape, np.float32)
+                rows[plain.node_slots] = state[lin.node_slots][(slice(None),) + tuple(slice(0, d) for d in shape)]
+                saved.append(rows)
         if all_nodes:
             out = np.split(saved[0][plain.node_slots], np.cumsum(plain.tree_sizes)[:-1])
         else:
@@ -354,7 +361,7 @@ class CompiledModel:
             else:
                 d_rows = _adjoint_array(d_out, (len(plain.roots),) + shape, "root states", False)
                 np.add.at(d_states[0], plain.roots, d_rows)
-            grads = adjoint.vjp(plain, saved, weights, d_states)
+            grads = adjoint.vjp(plain, saved, weights, d_states, forwarded=token)
             # (not grads.get(name, np.zeros_like(w)): that zeroes a copy of every weight, the
             # embedding table's megabytes included, on every call)
             return {name: grads[name] if name in grads else np.zeros_like(w) for name, w in weights.items()}

@@ -95,9 +95,10 @@ def test_child_sum_with_unary_and_wide_nodes():
     check_against_differences(model, trees, model.compile(training=True), seed=2)
 
 
-def test_backward_of_the_kernel_states_equals_backward_of_the_numpy_states(sst):
-    """compiled.vjp maps the kernel's (padded, tiled, possibly unrolled) slots to one node per slot:
-    its gradients are those of the backward run on the numpy executor's states."""
+def test_backward_of_the_kernel_states_equals_backward_of_the_numpy_states(sst, monkeypatch):
+    """compiled.vjp runs the compiled backward's own forward; where there is none, it maps the
+    kernel's (padded, tiled, possibly unrolled) slots to one node per slot.  Either way its
+    outputs and gradients are those of the backward run on the numpy executor's states."""
     trees, vocab = sst
     batch = trees[10:22]
     model = ct.models.TreeLSTM(20, len(vocab), seed=5)         # 20: padded to the vector width
@@ -108,9 +109,45 @@ def test_backward_of_the_kernel_states_equals_backward_of_the_numpy_states(sst):
     d_states = [np.zeros_like(s) for s in states]
     d_states[0][lin.roots] = d_roots
     want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, d_states)
-    for compiled in (model.compile(training=True), model.compile(training=True, max_unroll_depth=2)):
+    own = model.compile(training=True)
+    unrolled = model.compile(training=True, max_unroll_depth=2)
+    monkeypatch.setattr(unrolled.adjoint, "forward", lambda lin, weights: None)     # the kernel's states
+    for compiled, backward in ((own, ("backward", "parallel")), (unrolled, ("all", "parallel"))):
         out, vjp = compiled.vjp(batch)
         np.testing.assert_allclose(out, states[0][lin.roots], rtol=1e-5, atol=1e-5)
         got = vjp(d_roots)
+        assert compiled.adjoint.level_pass.last_run == backward      # with the recomputation or not
         for name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_a_pullback_after_another_forward_recomputes(sst):
+    """The backward after its own forward reuses the values that forward kept; a second vjp on
+    the same thread overwrites them, so the first one's pullback computes them again."""
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(20, len(vocab), seed=5)
+    compiled = model.compile(training=True)
+    level_pass = compiled.adjoint.level_pass
+    first, second = trees[:7], trees[30:33]
+    rng = np.random.default_rng(8)
+    d_first, d_second = (rng.standard_normal((len(b), 20)).astype(np.float32) for b in (first, second))
+    out, pullback = compiled.vjp(first)
+    alone = pullback(d_first)
+    assert level_pass.last_run == ("backward", "parallel")               # the forward's values
+    out_first, pull_first = compiled.vjp(first)
+    out_second, pull_second = compiled.vjp(second)
+    late = pull_first(d_first)
+    assert level_pass.last_run == ("all", "parallel")                    # recomputed
+    np.testing.assert_array_equal(out_first, out)
+    for name in alone:
+        np.testing.assert_allclose(late[name], alone[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    again = pull_second(d_second)                     # its values were overwritten by the recomputation
+    assert level_pass.last_run == ("all", "parallel")
+    lin = model.linearize(second)
+    states = model.numpy_forward(lin)
+    d_states = [np.zeros_like(s) for s in states]
+    d_states[0][lin.roots] = d_second
+    want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, d_states)
+    np.testing.assert_allclose(out_second, states[0][lin.roots], rtol=1e-5, atol=1e-5)
+    for name in want:
+        np.testing.assert_allclose(again[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
