@@ -18,10 +18,11 @@ Weight reads that do not depend on the level (U[g*H+i, j*H+k]) accumulate their 
 read's own shape across all levels and are scattered into the weight's gradient once, at the
 end: a level's contribution is one matrix product, (read axes) x (nodes of the level).
 
-Given a target (`compile(training=True)` gives the model's), the recomputation, the levels and
-the sums of the node-independent weight reads run compiled instead (`adjoint_kernel.LevelPass`,
-generated from the same stages and rules); numpy keeps the weight reads through a node (the
-embedding) and adds the compiled sums into the gradients.  Without a target, or for a stage
+Given a target (`compile(training=True)` gives the model's), the levels and the sums of the
+node-independent weight reads run compiled instead (`adjoint_kernel.LevelPass`, generated from
+the same stages and rules), after a compiled forward that keeps every tensor (`forward`), or
+with their recomputation; numpy adds the compiled sums and the embedding's rows (by word)
+into the gradients.  Without a target, or for a stage
 the emitter cannot take (`level_pass_note` says why), all of the above runs in numpy.
 
 Example (TreeFC, 2 leaves and a root)::
@@ -89,12 +90,13 @@ class Adjoint:
         return held.setdefault(stage, {})
 
     def forward(self, lin, weights: dict):
-        """The training forward in the compiled pass (None without one): every state's rows,
+        """The training forward in the compiled pass (None without one, or where the batch's
+        levels are too small for it: `LevelPass.forward_pays`): every state's rows,
         (num_slots, *shape) float32 each (slot 0, the null node, zeros), computed level by level
         from the leaves with every block's value kept for the backward, and a token that
         `vjp(..., forwarded=token)` hands back to use those values instead of recomputing them
         (until this thread's next `forward` overwrites them)."""
-        if self.level_pass is None:
+        if self.level_pass is None or not self.level_pass.forward_pays(lin):
             return None
         states = [np.zeros((lin.num_slots,) + s.shape, np.float32) for s in self.program.states]
         self.level_pass(lin, states, weights, None, self._levels(lin, states, weights, None), part="forward")

@@ -1,17 +1,21 @@
-"""The backward's recomputation, level pass and weight sums as one compiled TIR function.
+"""The training forward, the level pass and the weight sums of the backward, compiled as TIR.
 
 The adjoint (`adjoint.py`) has one sequential part: from the roots down, each level's state
 adjoints flow through its stage's blocks into the adjoints of the stage's tensors and of its
 children's states.  In numpy that costs about a millisecond of calls per level, whatever the
 level's size, and the recomputation of every block's tensor before it allocates an array per
-operation.  Here both are emitted as TIR from the same stages and rules (`adjoint_emit`), in
-one function per program:
+operation.  Here both are emitted as TIR from the same stages and rules (`adjoint_emit`), as
+functions per program that share one parameter list (`level_pass`'s parts):
 
-    every leaf's, then every internal node's block values         (tiles of nodes, parallel)
-    for each internal level, from the top down:  its adjoints      (tiles of nodes, parallel)
-    the leaves' adjoints
-    the node-independent weight reads' sums over all nodes        (tiles of the sums, parallel)
+    "forward":   for each level, from the leaves up: its nodes' block values
+                 and states                                       (a run of nodes per core)
+    "backward":  for each internal level, from the top down: its adjoints (a run per core)
+                 the leaves' adjoints
+                 the node-independent weight reads' sums over all nodes (tiles of the sums)
+    "all":       every node's block values from the saved states, then "backward"
 
+`vjp` runs "forward", and its pullback "backward" on the values "forward" kept; "all" serves a
+pullback whose values a later forward overwrote.
 A tree's child has one parent, so no two nodes of a level write the same row; a batch with a
 node shared by two parents runs the function's serial twin, built the first time one comes.
 A weight read through the node's word (`emb[word[offset + n], e]`) gets one adjoint row per
@@ -35,6 +39,9 @@ from .target import cpu_info
 
 #: the compiled functions: every level in parallel over its nodes, or serially (shared nodes)
 PARALLEL, SERIAL = "cortex_adjoint_levels", "cortex_adjoint_levels_serial"
+#: the average nodes per core of a batch's internal levels from which `vjp` runs the "forward"
+#: part rather than the kernel (`LevelPass.forward_pays`)
+FORWARD_NODES_PER_CORE = 1
 #: the function names of each part (`level_pass`), parallel and serial
 NAMES = {"all": {True: PARALLEL, False: SERIAL},
          "forward": {True: "cortex_adjoint_forward", False: "cortex_adjoint_forward_serial"},
@@ -169,7 +176,7 @@ class LevelPass:
         info = cpu_info(target)
         self._build = lambda part, parallel: level_pass(stages, numpy_stages, program, info.lanes, parallel,
                                                         info.cores, part)
-        self.target, self.states = target, list(program.states)
+        self.target, self.states, self.cores = target, list(program.states), info.cores
         (forward, self.params), (backward, _) = self._build("forward", True), self._build("backward", True)
         names = (NAMES["forward"][True], NAMES["backward"][True])
         executable = tvm.compile(tvm.IRModule(dict(zip(names, (forward, backward)))), target=target,
@@ -186,6 +193,17 @@ class LevelPass:
         #: (part, "parallel" or "serial"): the function the last call ran
         self.last_run = None
         self._arrays = threading.local()
+
+    def forward_pays(self, lin) -> bool:
+        """Whether the "forward" part beats the model's kernel followed by the recomputation on
+        the batch `lin`: its levels split their nodes over the cores, while the kernel splits
+        every level's columns, so a batch whose internal levels hold fewer than
+        FORWARD_NODES_PER_CORE nodes per core on average (one SST tree: about 1.3 a level on 2
+        cores) runs the kernel.  TreeLSTM H=150 on Zen 4, 2 threads, in-process A/Bs, kernel
+        over forward: batch 1 0.6-1.3 (noisy), batch 3 1.1-1.8, batch 10 1.12-1.19."""
+        internal = int(lin.level_offsets[-1] - lin.level_offsets[1])
+        levels = max(1, len(lin.level_offsets) - 2)
+        return internal >= FORWARD_NODES_PER_CORE * self.cores * levels
 
     def function(self, part: str, parallel: bool):
         if (part, parallel) not in self._functions:

@@ -110,6 +110,7 @@ def test_backward_of_the_kernel_states_equals_backward_of_the_numpy_states(sst, 
     d_states[0][lin.roots] = d_roots
     want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, d_states)
     own = model.compile(training=True)
+    monkeypatch.setattr(own.adjoint.level_pass, "forward_pays", lambda lin: True)    # whatever the cores
     unrolled = model.compile(training=True, max_unroll_depth=2)
     monkeypatch.setattr(unrolled.adjoint, "forward", lambda lin, weights: None)     # the kernel's states
     for compiled, backward in ((own, ("backward", "parallel")), (unrolled, ("all", "parallel"))):
@@ -121,13 +122,14 @@ def test_backward_of_the_kernel_states_equals_backward_of_the_numpy_states(sst, 
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-def test_a_pullback_after_another_forward_recomputes(sst):
+def test_a_pullback_after_another_forward_recomputes(sst, monkeypatch):
     """The backward after its own forward reuses the values that forward kept; a second vjp on
     the same thread overwrites them, so the first one's pullback computes them again."""
     trees, vocab = sst
     model = ct.models.TreeLSTM(20, len(vocab), seed=5)
     compiled = model.compile(training=True)
     level_pass = compiled.adjoint.level_pass
+    monkeypatch.setattr(level_pass, "forward_pays", lambda lin: True)             # whatever the cores
     first, second = trees[:7], trees[30:33]
     rng = np.random.default_rng(8)
     d_first, d_second = (rng.standard_normal((len(b), 20)).astype(np.float32) for b in (first, second))
@@ -151,3 +153,24 @@ def test_a_pullback_after_another_forward_recomputes(sst):
     np.testing.assert_allclose(out_second, states[0][lin.roots], rtol=1e-5, atol=1e-5)
     for name in want:
         np.testing.assert_allclose(again[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_small_levels_run_the_kernel_forward(sst, monkeypatch):
+    """vjp's forward is the compiled pass's own where a batch's internal levels give every core
+    a node on average, else the model's kernel (which splits a level's columns over the cores)."""
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(20, len(vocab), seed=5)
+    compiled = model.compile(training=True)
+    level_pass = compiled.adjoint.level_pass
+    monkeypatch.setattr(level_pass, "cores", 2)
+    one, many = model.linearize(trees[:1]), model.linearize(trees[:25])
+    for lin in (one, many):
+        internal, levels = lin.level_offsets[-1] - lin.level_offsets[1], len(lin.level_offsets) - 2
+        assert level_pass.forward_pays(lin) == (internal >= 2 * levels)
+    assert not level_pass.forward_pays(one) and level_pass.forward_pays(many)
+    out, pullback = compiled.vjp(trees[:1])
+    assert level_pass.last_run is None                          # the kernel ran, not the pass
+    pullback(np.ones_like(out))
+    assert level_pass.last_run == ("all", "parallel")
+    out, pullback = compiled.vjp(trees[:25])
+    assert level_pass.last_run == ("forward", "parallel")
