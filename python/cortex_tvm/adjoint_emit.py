@@ -225,22 +225,20 @@ class StageEmitter:
         row unless the child is the null node)."""
         key, state = self._tensor_key(load.source), self._state(load.source)
         gathered = self._gathered_index(load)
-        if gathered is not None:                  # the node's row of the weight's adjoint rows
-            def add_row(rewrite, value):
-                buf = bufs["gathered"][gathered]
+
+        def add_to_row(buf):
+            """adds into the node's row of `buf`, at the read's other indices"""
+            def add(rewrite, value):
                 idx = [rewrite(ROW)] + [rewrite(i) for i in load.indices[1:]]
                 Tb.buffer_store(buf, buf[idx] + value, idx)
-            self._emit_nest(block, load.indices, coeff, bufs, level, add_row)
+            return add
+        if gathered is not None:                  # the node's row of the weight's adjoint rows
+            self._emit_nest(block, load.indices, coeff, bufs, level, add_to_row(bufs["gathered"][gathered]))
             return
         if key is not None:
             if not (load.indices and load.indices[0].same_as(block.position)):
                 raise Unsupported(f"block {block.name!r} reads the stage tensor {load.source.name} at another node")
-
-            def add(rewrite, value):
-                buf = bufs["adj"][key]
-                idx = [rewrite(ROW)] + [rewrite(i) for i in load.indices[1:]]
-                Tb.buffer_store(buf, buf[idx] + value, idx)
-            self._emit_nest(block, load.indices, coeff, bufs, level, add)
+            self._emit_nest(block, load.indices, coeff, bufs, level, add_to_row(bufs["adj"][key]))
             return
         if not any(uses(i, block.position) for i in load.indices):
             raise Unsupported(f"block {block.name!r} reads the state {load.source.name} without its node")
