@@ -283,3 +283,36 @@ def test_an_unrolled_kernel_takes_parent_arrays(sst):
     np.testing.assert_array_equal(compiled(parents=parents, words=words), compiled(trees[:60]))
     every = compiled(parents=parents, words=words, all_nodes=True)
     np.testing.assert_array_equal(every[new_id], np.concatenate(compiled(trees[:60], all_nodes=True)))
+
+
+@pytest.mark.parametrize("own_forward", [True, False])
+def test_vjp_takes_a_forest_as_arrays(sst, own_forward, monkeypatch):
+    """compiled.vjp(parents=, words=) gives what vjp(trees) gives for the same forest: the roots,
+    every node in the caller's order, and the gradients (the compiled pass's own forward, and
+    the kernel's)."""
+    trees, vocab = sst[0][:9], sst[1]
+    compiled = ct.models.TreeLSTM(hidden_size=16, vocab_size=len(vocab), seed=3).compile(training=True)
+    monkeypatch.setattr(compiled.adjoint.level_pass, "forward_pays", lambda lin: own_forward)
+    parents, words, new_id = to_forest(trees, np.random.default_rng(7))
+    rng = np.random.default_rng(2)
+    out, pullback = compiled.vjp(trees)
+    d_roots = rng.standard_normal(out.shape).astype(np.float32)
+    want = pullback(d_roots)
+    out_arrays, pullback_arrays = compiled.vjp(parents=parents, words=words)
+    np.testing.assert_allclose(out_arrays, out, rtol=1e-6, atol=1e-6)
+    got = pullback_arrays(d_roots)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    # every node: one array in the caller's node order, its adjoint likewise
+    every, pullback_every = compiled.vjp(parents=parents, words=words, all_nodes=True)
+    by_tree, pullback_by_tree = compiled.vjp(trees, all_nodes=True)
+    assert every.shape == (len(parents), 16)
+    np.testing.assert_allclose(every[new_id], np.concatenate(by_tree), rtol=1e-6, atol=1e-6)
+    d_nodes = rng.standard_normal(every.shape).astype(np.float32)
+    got, want = pullback_every(d_nodes), pullback_by_tree(d_nodes[new_id])
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    with pytest.raises(ValueError, match="exactly one of the two"):
+        compiled.vjp(trees, parents=parents, words=words)
+    with pytest.raises(ValueError, match="outside the vocabulary|vocab"):
+        compiled.vjp(parents=parents, words=np.where(words >= 0, len(vocab), -1))

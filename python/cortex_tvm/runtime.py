@@ -86,8 +86,15 @@ def launch(functions, args, lin, signature, plan):
         functions[0](*args)
 
 
-#: __call__'s default for trees: given nothing (None is a bad batch, refused by the linearizer)
-_NO_TREES = object()
+class _NoTrees:
+    """The default of `trees` in __call__ and vjp: given nothing (None is a bad batch, refused by
+    the linearizer); its repr keeps the generated API reference the same from run to run."""
+
+    def __repr__(self):
+        return "<no trees>"
+
+
+_NO_TREES = _NoTrees()
 
 
 class _Workspace(threading.local):
@@ -318,14 +325,17 @@ class CompiledModel:
         self.transform_seconds = time.perf_counter() - start
         return self
 
-    def vjp(self, trees, all_nodes: bool = False):
+    def vjp(self, trees=_NO_TREES, all_nodes: bool = False, *, parents=None, words=None):
         """The forward on `trees` and its pullback: ``out, vjp = compiled.vjp(trees)``, then
         ``grads = vjp(d_out)`` maps every weight's name to the gradient of sum(d_out * out) with
         respect to it, in the user's sizes (the kernel's padding removed).
 
         `out` is what `compiled(trees, all_nodes)` returns: the roots' first state (B, *shape),
         or with all_nodes=True one (nodes, *shape) array per tree, postorder; `d_out` has the
-        same shapes (a list, or the arrays concatenated).  With the compiled backward
+        same shapes (a list, or the arrays concatenated).  A forest given as arrays,
+        ``compiled.vjp(parents=..., words=...)``, is taken as `compiled(parents=..., words=...)`
+        takes it: the roots in the order they appear, with all_nodes=True one (n, *shape)
+        array in node order.  With the compiled backward
         (`adjoint.Adjoint`, generated from the RA program), the forward is its own: every
         node's tensors level by level, kept for the pullback (a later `vjp` on the same thread
         overwrites them; a pullback called after it computes them again from the states);
@@ -335,12 +345,18 @@ class CompiledModel:
             raise ValueError("vjp: this model has no backward pass: compile it with training=True "
                              "(model.compile(training=True) or ct.compile(..., training=True)); a model "
                              "loaded from an export has none")
-        plain = self.adjoint.linearize(trees)             # one node per slot, level by level
+        if (trees is _NO_TREES) == (parents is None) or (words is not None and parents is None):
+            raise ValueError("vjp: call with trees (a list of Nodes) or with parents= and words= (arrays), "
+                             "exactly one of the two")
+        arrays = parents is not None
+        # one node per slot, level by level
+        plain = (self.signature.layout_parents(parents, words, 1, True, self._vocab_bound) if arrays
+                 else self.adjoint.linearize(trees))
         forwarded = self.adjoint.forward(plain, self.training_weights)
         if forwarded is not None:       # the backward's own forward, which keeps what it needs
             saved, token = forwarded
         else:                           # the kernel's states, moved to the backward's layout
-            lin, token = self.linearize(trees), None
+            lin, token = self.linearize_parents(parents, words) if arrays else self.linearize(trees), None
             _, states = self.run(lin, check=self.bounds_check)
             saved = []
             for state, shape in zip(states, self.state_shapes):
@@ -348,7 +364,9 @@ class CompiledModel:
                 rows[plain.node_slots] = state[lin.node_slots][(slice(None),) + tuple(slice(0, d) for d in shape)]
                 saved.append(rows)
         if all_nodes:
-            out = np.split(saved[0][plain.node_slots], np.cumsum(plain.tree_sizes)[:-1])
+            out = saved[0][plain.node_slots]
+            if not arrays:
+                out = np.split(out, np.cumsum(plain.tree_sizes)[:-1])
         else:
             out = saved[0][plain.roots]
         weights, adjoint, shape = self.training_weights, self.adjoint, self.state_shapes[0]
