@@ -39,7 +39,7 @@ import numpy as np
 from . import lower as _lower
 from . import ra
 from .adjoint_emit import Unsupported
-from .adjoint_kernel import LevelPass
+from .adjoint_kernel import LevelPass, held_rows
 from .linearize import NULL_SLOT
 from .blas_threads import single_threaded_blas
 from .named_axes import contract, elementwise, expand, reduce_to, times_missing
@@ -106,9 +106,8 @@ class Adjoint:
     def _levels(self, lin, states, weights, d_states) -> dict:
         """{stage: _Level over all of its nodes} with this thread's value and adjoint arrays
         (adjoints zeroed, values as the last call left them)."""
-        offsets, whole = lin.level_offsets, {}
-        for name, (start, end) in (("leaf", (int(offsets[0]), int(offsets[1]))),
-                                   ("internal", (int(offsets[1]), int(offsets[-1])))):
+        whole = {}
+        for name, (start, end) in _stage_ranges(lin).items():
             if end > start:
                 whole[name] = _Level(self.stages[name], lin, states, weights, d_states, start, end - start)
                 whole[name].allocate(self.level_pass.row_shapes(name), self._workspace(name))
@@ -135,8 +134,7 @@ class Adjoint:
     def _vjp(self, lin, states, weights, d_states, forwarded=None):
         d_states = [np.array(d, np.float32) for d in d_states]
         grads, deferred = {}, {}
-        offsets = lin.level_offsets
-        ranges = {"leaf": (int(offsets[0]), int(offsets[1])), "internal": (int(offsets[1]), int(offsets[-1]))}
+        offsets, ranges = lin.level_offsets, _stage_ranges(lin)
         whole = {}
         if self.level_pass is None:
             for name, (start, end) in ranges.items():
@@ -172,6 +170,12 @@ class Adjoint:
             grad = grads.setdefault(key.name, np.zeros(key.shape, np.float32))
             _scatter_invariant(grad, idx, adj, self._layouts.setdefault(id(load), [None]))
         return grads
+
+
+def _stage_ranges(lin) -> dict:
+    """{stage: (first node, end)}: the leaves are level 0, the internal nodes every later level."""
+    offsets = lin.level_offsets
+    return {"leaf": (int(offsets[0]), int(offsets[1])), "internal": (int(offsets[1]), int(offsets[-1]))}
 
 
 def _check_rules(e, block_name: str):
@@ -222,11 +226,7 @@ class _Level:
         self.values, self.adjoints = {}, {}
         for key, shape in row_shapes.items():
             for kind, out in (("value", self.values), ("adjoint", self.adjoints)):
-                held = workspace.get((kind, key))
-                if held is None or held.shape[0] < self.size:     # grown by doubling, at least to the batch
-                    rows = self.size if held is None else max(self.size, 2 * held.shape[0])
-                    held = workspace[(kind, key)] = np.empty((rows,) + shape, np.float32)
-                out[key] = held[:self.size]
+                out[key] = held_rows(workspace, (kind, key), self.size, shape)
             self.adjoints[key].fill(0)
         self.memo = {}
 

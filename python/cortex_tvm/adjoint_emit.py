@@ -10,9 +10,10 @@ level's nodes) and adds loop nests to a function being built (`adjoint_kernel.le
   numpy weight pass the rest), one nest adds ``adjoint(block) * d body / d read`` to the
   read's element, by the rules of `adjoint.py` (`partials`).
 
-A level's nodes go in one run per core (`_tiles`), each in tiles of NODE_TILE, the rest in tiles of 4, 2 and 1.  Axes of a block that a nest's indices do not use are
-summed first, in a register tile of NODE_TILE nodes x one vector of the indices' last axis, so
-each weight vector read serves the whole tile.  TreeLSTM's
+A level's nodes go in one run per core (`_tiles`), each in tiles of NODE_TILE, the rest in
+tiles of 1, 2 and 4.  Axes of a block that a nest's indices do not use are
+summed first, in a register tile of NODE_TILE sums (the tile's nodes x NODE_TILE / nodes
+vectors of the indices' last axis), so each weight vector read serves the whole tile.  TreeLSTM's
 ``gates_sum[n, g, i] = sum_{j,k} U[g*H + i, j*H + k] * h[children[n, j], k]`` gives, per tile::
 
     for j, k_outer:                          # the read h[children[n, j], k] uses (j, k)
@@ -82,9 +83,10 @@ class StageEmitter:
         #: what `partials` differentiates into: the weights read alike by every node (True), or
         #: stage tensors, states and the `gathered` reads
         self.weight_sinks = False
-        #: weight reads through a node's input (`emb[word[offset + n], e]`) whose adjoint rows
-        #: the level pass writes, one row per node (`gather_input`); filled by
-        #: `adjoint_weights.weight_blocks` for the blocks whose weight gradients it takes
+        #: (block, read, node input) for each weight read through a node's input
+        #: (`emb[word[offset + n], e]`, `gather_input`) whose adjoint rows the level pass writes,
+        #: one row per node; filled by `adjoint_weights.weight_blocks` for the blocks whose weight
+        #: gradients it takes
         self.gathered = []
         self._positions = [block.position for block in self.blocks]
 
@@ -132,7 +134,7 @@ class StageEmitter:
         return node_input
 
     def _gathered_index(self, load):
-        return next((k for k, (_, g) in enumerate(self.gathered) if g.same_as(load)), None)
+        return next((k for k, (_, g, _) in enumerate(self.gathered) if g.same_as(load)), None)
 
     def weight_of(self, buf):
         return next((k for k, b in self.stage.placeholders.items() if isinstance(k, ra.Weight) and b.same_as(buf)),
@@ -148,12 +150,9 @@ class StageEmitter:
         """Add the level's loop nests to the function being built: nodes [offset, offset + size),
         rows [row_base, row_base + size) of this stage's value and adjoint arrays (`tiles`)."""
         def adjoints(level):
-            for state, out_buf in self.output_of.items():            # the loss's adjoint, and the parents'
-                adj = bufs["adj"][self._tensor_key(out_buf)]
-                with level.nodes() as (row, node):
-                    with Tb.grid(*state.shape) as ix:
-                        ix = as_list(ix)
-                        Tb.buffer_store(adj, adj[[row] + ix] + bufs["d_state"][state][[node] + ix], [row] + ix)
+            def add_state_adjoint(state, adj, row, node):            # the loss's adjoint, and the parents'
+                Tb.buffer_store(adj, adj[row] + bufs["d_state"][state][node], row)
+            self._state_elements(level, bufs["adj"], add_state_adjoint)
             for block in reversed(self.blocks):
                 if not self.has_sink(block.body):
                     continue
@@ -174,13 +173,21 @@ class StageEmitter:
             for block in self.blocks:
                 self._emit_value(block, bufs, level)
             if write_states:
-                for state, out_buf in self.output_of.items():
-                    value = bufs["value"][self._tensor_key(out_buf)]
-                    with level.nodes() as (row, node):
-                        with Tb.grid(*state.shape) as ix:
-                            ix = as_list(ix)
-                            Tb.buffer_store(bufs["state"][state], value[[row] + ix], [node] + ix)
+                def write_state(state, value, row, node):
+                    Tb.buffer_store(bufs["state"][state], value[row], node)
+                self._state_elements(level, bufs["value"], write_state)
         _tiles(offset, size, row_base, parallel, self.shares if parallel else 1, values)
+
+    def _state_elements(self, level, arrays, body):
+        """body(state, the array of `arrays` of the block that makes the state, its element's
+        index at the node's row, the state's element's index at the node) for every element of
+        every state of the level's nodes."""
+        for state, out_buf in self.output_of.items():
+            array = arrays[self._tensor_key(out_buf)]
+            with level.nodes() as (row, node):
+                with Tb.grid(*state.shape) as ix:
+                    ix = as_list(ix)
+                    body(state, array, [row] + ix, [node] + ix)
 
     def partials(self, e, coeff, known=(None, None)):
         """(read, d(out)/d(read) * coeff) for every sink read under `e` (reverse mode, rule by rule).

@@ -117,11 +117,11 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     adj[block.key] = _arg(f"d_{name}_{block.out.name}", (rows,) + row_shape, "float32")
                     params.append(("adj", name, block.key, row_shape))
                 gathered = {}
-                for index, (block, load) in enumerate(emitter.gathered):
+                for index, (block, load, node_input) in enumerate(emitter.gathered):
                     weight = emitter.weight_of(load.source)
                     gathered[index] = _arg(f"d_{name}_{weight.name}_rows{index}", (rows,) + weight.shape[1:],
                                            "float32")
-                    params.append(("gathered", name, block.key, weight, emitter.gather_input(block, load)))
+                    params.append(("gathered", name, block.key, weight, node_input))
                 per_stage[name] = {"value": value, "adj": adj, "placeholder": placeholders, "d_state": d_states,
                                    "transposed": transposed, "gathered": gathered, "state": states}
             leaves = (level_offsets[0], level_offsets[1] - level_offsets[0])
@@ -158,6 +158,17 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                                              per_stage[name], level_offsets[first],
                                              level_offsets[last] - level_offsets[first])
     return fast_math.rewrite(ib.get()), params
+
+
+def held_rows(held: dict, key, count: int, row_shape) -> np.ndarray:
+    """The first `count` rows of the float32 array `held[key]`, kept between calls and grown by
+    doubling, at least to `count` (a batch's node count changes from call to call; fresh memory
+    page-faults at its first write)."""
+    array = held.get(key)
+    if array is None or array.shape[0] < count:
+        array = held[key] = np.empty((count if array is None else max(count, 2 * array.shape[0]),)
+                                     + tuple(row_shape), np.float32)
+    return array[:count]
 
 
 def _arg(name, shape, dtype):
@@ -285,13 +296,8 @@ class LevelPass:
         return held[position]
 
     def _held_rows(self, position, count, row_shape) -> np.ndarray:
-        """The first `count` rows of this thread's array for the parameter at `position`, which
-        grows and is kept (a batch's node count changes from call to call)."""
-        held = self._arrays.__dict__.setdefault("by_param", {})
-        if position not in held or held[position].shape[0] < count:
-            held[position] = np.empty((max(count, 2 * held[position].shape[0] if position in held else 0),)
-                                      + tuple(row_shape), np.float32)
-        return held[position][:count]
+        """The first `count` rows of this thread's array for the parameter at `position`."""
+        return held_rows(self._arrays.__dict__.setdefault("by_param", {}), position, count, row_shape)
 
     def row_shapes(self, stage: str) -> dict:
         """The row shape of each block's arrays of `stage` (block key -> shape)."""

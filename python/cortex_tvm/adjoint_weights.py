@@ -40,16 +40,17 @@ NODES_PER_BLOCK = 32
 
 
 def weight_blocks(emitter) -> list:
-    """The blocks of the stage whose weight reads are all node-independent, with what their
-    nests need: [(block, stand-in for the block's adjoint buffer, [(read, d out/d read times
+    """The blocks of the stage whose weight reads are node-independent, or through the node's
+    input in `StageEmitter.gather_input`'s form (those go to `emitter.gathered`), with what
+    their nests need for the node-independent ones: [(block, stand-in for the block's adjoint buffer, [(read, d out/d read times
     the stand-in's element, the read's axes)])]."""
     found = []
     for block in emitter.blocks:
         weight_loads = []
         tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, lambda ld: weight_loads.append(ld)
                                              if emitter.weight_of(ld.source) is not None else None), order="post")
-        through_node = [ld for ld in weight_loads if emitter.reads_node(ld)]
-        if not weight_loads or any(emitter.gather_input(block, ld) is None for ld in through_node):
+        through_node = [(ld, emitter.gather_input(block, ld)) for ld in weight_loads if emitter.reads_node(ld)]
+        if not weight_loads or any(node_input is None for _, node_input in through_node):
             continue
         stand_in = tirx.decl_buffer(block.out.shape, block.out.dtype, name=f"d_{block.out.name}")
         emitter.weight_sinks = True
@@ -66,7 +67,7 @@ def weight_blocks(emitter) -> list:
             emitter.weight_sinks = False
         found.append((block, stand_in, reads))
         # the reads through the node: the level pass writes each node's adjoint row
-        emitter.gathered.extend((block, load) for load in through_node)
+        emitter.gathered.extend((block, load, node_input) for load, node_input in through_node)
     return found
 
 

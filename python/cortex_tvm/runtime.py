@@ -97,6 +97,13 @@ class _NoTrees:
 _NO_TREES = _NoTrees()
 
 
+def _one_input(trees, parents, words, prefix: str) -> None:
+    """ValueError unless exactly one of trees and parents= (with words=) was given."""
+    if (trees is _NO_TREES) == (parents is None) or (words is not None and parents is None):
+        raise ValueError(f"{prefix}call with trees (a list of Nodes) or with parents= and words= (arrays), "
+                         "exactly one of the two")
+
+
 class _Workspace(threading.local):
     """Per-thread state buffers, grown to the largest batch seen and reused."""
 
@@ -291,9 +298,7 @@ class CompiledModel:
         tree's per-node states in `cortex_tvm.data.postorder` order.  Or a forest as arrays,
         parents= (node i's parent, -1 at a root) and words= (-1: none), no Nodes built: the
         roots in the order they appear; all_nodes=True gives one (n, *shape) array, node order."""
-        if (trees is _NO_TREES) == (parents is None) or (words is not None and parents is None):
-            raise ValueError("call with trees (a list of Nodes) or with parents= and words= (arrays), "
-                             "exactly one of the two")
+        _one_input(trees, parents, words, "")
         lin = self.linearize(trees) if parents is None else self.linearize_parents(parents, words)
         out, states = self.run(lin, check=self.bounds_check)      # linearize's arrays are valid
         if not all_nodes:
@@ -345,9 +350,7 @@ class CompiledModel:
             raise ValueError("vjp: this model has no backward pass: compile it with training=True "
                              "(model.compile(training=True) or ct.compile(..., training=True)); a model "
                              "loaded from an export has none")
-        if (trees is _NO_TREES) == (parents is None) or (words is not None and parents is None):
-            raise ValueError("vjp: call with trees (a list of Nodes) or with parents= and words= (arrays), "
-                             "exactly one of the two")
+        _one_input(trees, parents, words, "vjp: ")
         arrays = parents is not None
         # one node per slot, level by level
         plain = (self.signature.layout_parents(parents, words, 1, True, self._vocab_bound) if arrays

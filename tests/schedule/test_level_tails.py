@@ -8,7 +8,7 @@ import tvm
 import tvm_ffi
 
 import cortex_tvm as ct
-from cortex_tvm import level_tails
+from cortex_tvm import build, level_tails
 from cortex_tvm.data import Node, chain_tree
 from cortex_tvm.models import reference64
 from cortex_tvm.schedule.derive import derive
@@ -196,7 +196,6 @@ def test_preconditions(fresh):
 def _tile_allocations(model, pipeline):
     """{buffer name: element count} of the kernel's register tiles as they reach LowerTVMBuiltin
     (after StorageRewrite, where the pipeline runs it) when `model`'s default schedule is built."""
-    from cortex_tvm import build
     target = make_target("llvm")
     rs, _ = build.schedule_model(model, target)
     tiles = {}
