@@ -435,7 +435,7 @@ def _tiles(offset, size, row_base, parallel, shares, body):
     (give or take a node), one per iteration of a loop, parallel or not; each run in whole
     tiles of NODE_TILE nodes, then its rest in tiles of 1, 2 and 4 where the rest's bit is set
     (a run of 7 nodes: tiles of 1, 2 and 4, so each weight vector read serves up to 4 nodes,
-    not 1).  Runs of equal size keep the cores equally busy (20 nodes on 2 cores: 10 each, not
+    not 1).  Runs of equal size keep the cores equally busy (24 nodes on 2 cores: 12 each, not
     two tiles of 8 on one and 4 on the other), with one fork and join per level."""
     loop = Tb.parallel if parallel else Tb.serial
     with loop(0, shares) as share:

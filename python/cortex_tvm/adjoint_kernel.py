@@ -209,9 +209,10 @@ class LevelPass:
         """Whether the "forward" part beats the model's kernel followed by the recomputation on
         the batch `lin`: its levels split their nodes over the cores, while the kernel splits
         every level's columns, so a batch whose internal levels hold fewer than
-        FORWARD_NODES_PER_CORE nodes per core on average (one SST tree: about 1.3 a level on 2
-        cores) runs the kernel.  TreeLSTM H=150 on Zen 4, 2 threads, in-process A/Bs, kernel
-        over forward: batch 1 0.6-1.3 (noisy), batch 3 1.1-1.8, batch 10 1.12-1.19."""
+        FORWARD_NODES_PER_CORE nodes per core on average runs the kernel (one SST tree averages
+        1.0-3.6 internal nodes a level, 1.8 over the first 10: on 2 cores most take the kernel).
+        TreeLSTM H=150 on Zen 4, 2 threads, in-process A/Bs, kernel over forward: batch 1
+        0.6-1.3 (noisy), batch 3 1.1-1.8, batch 10 1.12-1.19."""
         internal = int(lin.level_offsets[-1] - lin.level_offsets[1])
         levels = max(1, len(lin.level_offsets) - 2)
         return internal >= FORWARD_NODES_PER_CORE * self.cores * levels

@@ -340,12 +340,12 @@ class CompiledModel:
         same shapes (a list, or the arrays concatenated).  A forest given as arrays,
         ``compiled.vjp(parents=..., words=...)``, is taken as `compiled(parents=..., words=...)`
         takes it: the roots in the order they appear, with all_nodes=True one (n, *shape)
-        array in node order.  With the compiled backward
-        (`adjoint.Adjoint`, generated from the RA program), the forward is its own: every
-        node's tensors level by level, kept for the pullback (a later `vjp` on the same thread
-        overwrites them; a pullback called after it computes them again from the states);
-        otherwise the compiled kernel, and the numpy backward recomputes each stage's tensors
-        from its states.  Needs compile(training=True)."""
+        array in node order.  With the compiled backward (`adjoint.Adjoint`, generated from the
+        RA program), the forward is its own where the batch's levels are large enough
+        (`LevelPass.forward_pays`): every node's tensors level by level, kept for the pullback
+        (a later `vjp` on the same thread overwrites them; a pullback called after it computes
+        them again from the states); otherwise the compiled kernel, and the backward recomputes
+        each stage's tensors from its states.  Needs compile(training=True)."""
         if self.adjoint is None:
             raise ValueError("vjp: this model has no backward pass: compile it with training=True "
                              "(model.compile(training=True) or ct.compile(..., training=True)); a model "
