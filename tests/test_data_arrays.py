@@ -95,3 +95,62 @@ def test_torch_edges_as_dgl_and_pyg_hold_them(sst):
     np.testing.assert_array_equal(compiled([dgl_style, pyg_style]), compiled([tree, tree]))
     with pytest.raises(ValueError, match="pair of int"):
         ct.data.from_edges(zip(child.float(), parent.float()), words, direction="child_to_parent")
+
+
+class _TreeBatchGraph:
+    """The three things `from_dgl` reads of a DGLGraph (`edges()`, `num_nodes()`, `ndata`), built the
+    way DGL's SST dataset numbers a tree: pre-order ids, edges child -> parent, x = word or -1."""
+
+    def __init__(self, trees, torch):
+        src, dst, words = [], [], []
+        for tree in trees:
+            stack = [(tree, -1)]
+            while stack:
+                node, parent = stack.pop()
+                nid = len(words)
+                words.append(-1 if node.children else node.word)
+                if parent >= 0:
+                    src.append(nid), dst.append(parent)
+                stack.extend((c, nid) for c in reversed(node.children or ()))
+        self._edges = (torch.tensor(src), torch.tensor(dst))
+        self.ndata = {"x": torch.tensor(words)}
+        self.ndata["h"] = torch.randn(len(words), 6, generator=torch.Generator().manual_seed(0))
+
+    def edges(self):
+        return self._edges
+
+    def num_nodes(self):
+        return len(self.ndata["x"])
+
+
+def test_from_dgl_feeds_a_compiled_model_in_dgl_node_order():
+    torch = pytest.importorskip("torch")
+    import cortex_tvm as ct
+    from cortex_tvm.data import from_dgl, sst_sample
+    trees = sst_sample()[0][:4]
+    graph = _TreeBatchGraph(trees, torch)
+    args = from_dgl(graph)
+    assert sorted(args) == ["parents", "words"] and (args["parents"] == -1).sum() == 4
+    compiled = ct.models.TreeLSTM(16, 20000).compile()
+    np.testing.assert_allclose(compiled(**args), compiled(trees), atol=1e-6)
+    # per-node features ride along in node order
+    feats = from_dgl(graph, words=None, features="h")
+    assert feats["features"].dtype == np.float32 and feats["features"].shape == (graph.num_nodes(), 6)
+    assert "words" not in feats
+
+
+def test_from_dgl_errors():
+    torch = pytest.importorskip("torch")
+    from cortex_tvm.data import from_dgl
+
+    class Shared(_TreeBatchGraph):
+        def edges(self):
+            return torch.tensor([0, 0]), torch.tensor([1, 2])
+    graph = Shared([], torch)
+    graph.ndata = {"x": torch.tensor([3, -1, -1])}
+    with pytest.raises(ValueError, match="node 0 has 2 parents"):
+        from_dgl(graph)
+    with pytest.raises(ValueError, match="no ndata\\['y'\\]"):
+        from_dgl(_TreeBatchGraph([], torch), words="y")
+    with pytest.raises(ValueError, match="direction must be one of"):
+        from_dgl(graph, direction="up")

@@ -51,6 +51,8 @@ class Linearized:
     roots: np.ndarray          # (B,): root slot of each tree, in batch order
     node_slots: np.ndarray     # (total nodes,): slot of every node, trees in batch order, each in postorder
     tree_sizes: np.ndarray     # (B,): node count of each tree (splits node_slots)
+    #: (num_slots, F) float32 per-node features in slot order (`node_features.slot_rows`), or None
+    features: np.ndarray | None = None
 
     @property
     def num_slots(self) -> int:

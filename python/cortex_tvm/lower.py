@@ -20,7 +20,7 @@ specialization) and `assemble` (one PrimFunc: leaves, serial level loop,
 roots gather); `lower(program, dump=print)` shows the IR after each.
 
 The PrimFunc's parameters, in order (`Lowered.params` names them):
-  node inputs (int32 (N,)), children (int32 (N, K)), [num_children (int32 (N,))],
+  node inputs (int32 (N,)), node features (float32 (N, F)), children (int32 (N, K)), [num_children (int32 (N,))],
   level_offsets (int32 (L+1,)), roots (int32 (B,)), max_level_size (int32 scalar),
   weights (in declaration order), states (N, *state_shape), out (B, *first_state_shape)
 """
@@ -63,6 +63,7 @@ class Lowered:
     node_inputs: list         # [ra.NodeInput] in parameter order
     uses_num_children: bool
     specialized: bool = True
+    node_features: tuple = ()   # [ra.NodeFeatures] in parameter order
 
     @property
     def func(self) -> tirx.PrimFunc:
@@ -77,7 +78,7 @@ class Lowered:
     def signature(self) -> KernelSignature:
         """The kernel's calling convention (see `cortex_tvm.signature`)."""
         return KernelSignature.of(self.program, self.weights, self.node_inputs, self.uses_num_children,
-                                  self.specialized)
+                                  self.specialized, self.node_features)
 
 
 # ----------------------------------------------------------------------------- step 1: stages
@@ -96,6 +97,8 @@ class _Placeholders(dict):
             t = te.placeholder((n,), "int32", name="num_children")
         elif isinstance(key, ra.NodeInput):
             t = te.placeholder((n,), "int32", name=key.name)
+        elif isinstance(key, ra.NodeFeatures):
+            t = te.placeholder((n, key.size), key.dtype, name=key.name)
         elif isinstance(key, ra.Weight):
             t = te.placeholder(key.shape, key.dtype, name=key.name)
         elif isinstance(key, ra.RecState):
@@ -316,6 +319,10 @@ def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
     for stage in stages.values():
         used.update(stage.placeholders)
     node_inputs = [k for k in used if isinstance(k, ra.NodeInput)]
+    features = [k for k in used if isinstance(k, ra.NodeFeatures)]
+    if len(features) > 1:
+        raise ValueError(f"the program reads {len(features)} node_features inputs "
+                         f"({', '.join(f.name for f in features)}); one is supported: concatenate them")
     weights = sorted((k for k in used if isinstance(k, ra.Weight)), key=lambda w: w.order)
     uses_num_children = "num_children" in used
     K = program.spec.max_children
@@ -334,6 +341,9 @@ def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
             for inp in node_inputs:
                 buffers[inp] = _arg(inp.name, (N,), "int32")
                 params.append(inp.name)
+            for feat in features:
+                buffers[feat] = _arg(feat.name, (N, feat.size), feat.dtype)
+                params.append(feat.name)
             buffers["children"] = _arg("children", (N, K), "int32")
             params.append("children")
             if uses_num_children:
@@ -375,7 +385,7 @@ def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
                         Tb.buffer_store(out, buffers[out_state][tuple([roots[v[0]]] + v[1:])], v)
     func = ib.get()
     return Lowered(tvm.IRModule({FUNC_NAME: func}), program, params, weights, node_inputs,
-                   uses_num_children, specialized)
+                   uses_num_children, specialized, tuple(features))
 
 
 # ----------------------------------------------------------------------------- the pipeline

@@ -66,7 +66,8 @@ def padded(model, multiple: int):
     is (800, 320): rows 150..159 of each of the five gate blocks and columns
     150..159 of each child block are zero.
     """
-    attrs = [a for a in SIZE_ATTRS if isinstance(getattr(model, a, None), int)]
+    fixed = getattr(model, "fixed_sizes", ())          # e.g. the width of features given per call
+    attrs = [a for a in SIZE_ATTRS if isinstance(getattr(model, a, None), int) and a not in fixed]
     sizes = {a: getattr(model, a) for a in attrs}
     targets = {a: -(-v // multiple) * multiple for a, v in sizes.items()}
     if multiple <= 1 or targets == sizes:
@@ -103,7 +104,8 @@ def pad_multiple(model, info) -> int:
     middles = [g.middle for g in derive.gemms(rs) if g.block not in leaves]
     node_tile = derive.default_node_tile(max(middles, default=1), info)
     vectors = derive.column_vectors(min(middles, default=1), node_tile, info.lanes, info.registers, 4)
-    sizes = [getattr(model, a) for a in SIZE_ATTRS if isinstance(getattr(model, a, None), int)]
+    sizes = [getattr(model, a) for a in SIZE_ATTRS
+             if isinstance(getattr(model, a, None), int) and a not in getattr(model, "fixed_sizes", ())]
     for k in (4, 2, 1):
         multiple = info.lanes * k
         if k <= vectors and all(-(-v // multiple) * multiple - v <= MAX_WASTE * v for v in sizes):

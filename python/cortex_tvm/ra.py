@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from tvm import te, tirx
 
 __all__ = [
-    "Tree", "DAG", "node", "node_input", "weight", "rec_placeholder", "compute", "reduce_axis",
+    "Tree", "DAG", "node", "node_input", "node_features", "weight", "rec_placeholder", "compute", "reduce_axis",
     "sum", "child", "num_children", "is_leaf", "rec_compute", "sigmoid", "tanh", "exp",
-    "if_then_else", "zero", "RecProgram", "NodeInput", "Weight", "RecState", "Compute",
+    "if_then_else", "zero", "RecProgram", "NodeInput", "NodeFeatures", "Weight", "RecState", "Compute",
 ]
 
 
@@ -152,6 +152,28 @@ class NodeInput:
         return self[n] != self.missing
 
 
+@dataclass(eq=False)
+class NodeFeatures:
+    """A float32 vector of `size` per node that comes with each batch (contextual token
+    embeddings, AST node or atom features): `x[n, f]` is feature f of node n.
+
+    Unlike a weight, it changes from call to call, so nothing that reads it can be
+    precomputed (`hoist` refuses); unlike an embedding, no word picks the row: the
+    executor lays the caller's rows out in the kernel's slot order, one row per node.
+    """
+
+    name: str
+    size: int
+    dtype: str = "float32"
+
+    def __getitem__(self, idx):
+        idx = _as_tuple(idx)
+        if len(idx) != 2:
+            raise IndexError(f"node_features {self.name!r}: index it as {self.name}[node, feature], got {len(idx)} "
+                             "indices")
+        return _active().placeholders[self][(_node_expr(idx[0]), idx[1])]
+
+
 _declaration_order = itertools.count()
 
 
@@ -202,6 +224,20 @@ def node_input(name: str, bound: int, optional: bool = False) -> NodeInput:
     if not isinstance(bound, int) or bound < 1:
         raise ValueError(f"node_input {name!r}: bound must be a positive int, got {bound!r}")
     return NodeInput(name, bound, bound if optional else None)
+
+
+def node_features(name: str, size: int) -> NodeFeatures:
+    """A per-node float32 input vector of `size` features, given with each batch
+    (`compiled(trees, features=X)`, X of shape (nodes, size)).
+
+    Example (a TreeFC whose leaves read 768-dimensional features)::
+
+        x = ra.node_features("x", 768)
+        leaf_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, f] * x[n, f], f) + b[i]), name="leaf_h")
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"node_features {name!r}: size must be a positive int, got {size!r}")
+    return NodeFeatures(name, size)
 
 
 def weight(name: str, shape, dtype: str = "float32") -> Weight:

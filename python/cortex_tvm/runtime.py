@@ -177,16 +177,17 @@ class CompiledModel:
         """"bf16" when the kernel reads weights stored as bfloat16 (`plan.bf16_weights`), else "fp32"."""
         return "bf16" if self.plan.bf16_weights else "fp32"
 
-    def linearize(self, trees) -> _linearize.Linearized:
-        """Validate and lay out a batch the way this kernel expects (padding, batching)."""
+    def linearize(self, trees, features=None) -> _linearize.Linearized:
+        """Validate and lay out a batch the way this kernel expects (padding, batching); `features`
+        for a model that reads per-node features (see `__call__`)."""
         return self.signature.layout(trees, self.plan.node_tile, self.plan.dynamic_batching, self._vocab_bound,
-                                     self.plan.unroll)
+                                     self.plan.unroll, features)
 
-    def linearize_parents(self, parents, words) -> _linearize.Linearized:
+    def linearize_parents(self, parents, words, features=None) -> _linearize.Linearized:
         """`linearize` for a forest given as arrays: node i's parent (-1 at a root) and word (-1:
         none); node_slots in node order (`linearize_arrays.linearize_parents`)."""
         return self.signature.layout_parents(parents, words, self.plan.node_tile, self.plan.dynamic_batching,
-                                             self._vocab_bound, self.plan.unroll)
+                                             self._vocab_bound, self.plan.unroll, features)
 
     def _state_buffers(self, num_slots):
         ws = self._workspace
@@ -211,6 +212,8 @@ class CompiledModel:
             raise ValueError(self._foreign)
         if check or self.bounds_check:
             self.check(lin)
+        if self.signature.node_features:
+            self._check_feature_rows(lin)
         if self.target.kind.name == "cuda":
             return self._run_cuda(lin)
         states = self._state_buffers(lin.num_slots)
@@ -232,6 +235,18 @@ class CompiledModel:
         if status is not None:
             raise ValueError(f"run: the arrays break an invariant of the kernel (compiled check code {status}, "
                              "see check_kernel.py)")
+
+    def _check_feature_rows(self, lin) -> None:
+        """ValueError unless `lin.features` is the (num_slots, F) float32 array the kernel reads
+        row by slot (always checked: a short array would be read past its end)."""
+        name, size, dtype = self.signature.node_features[0]
+        rows = getattr(lin, "features", None)
+        if (type(rows) is not np.ndarray or rows.dtype != np.dtype(dtype) or not rows.flags.c_contiguous
+                or rows.shape != (lin.num_slots, size)):
+            raise ValueError(f"run: this model reads per-node features {name!r}: lin.features must be a "
+                             f"C-contiguous {dtype} array ({lin.num_slots}, {size}) in slot order, got "
+                             f"{None if rows is None else (getattr(rows, 'shape', None), getattr(rows, 'dtype', None))} "
+                             "(linearize with features= lays it out)")
 
     def compiled_check_status(self, lin):
         """The compiled check's answer on `lin` (`check_kernel`: 0 valid, else the code of the rule
@@ -293,13 +308,20 @@ class CompiledModel:
         device.sync()
         return self._visible(out.numpy()), [s.numpy() for s in states]
 
-    def __call__(self, trees=_NO_TREES, all_nodes: bool = False, *, parents=None, words=None):
+    def __call__(self, trees=_NO_TREES, all_nodes: bool = False, *, parents=None, words=None, features=None):
         """Root state of each tree, (B, *state shape); with all_nodes=True, a list with each
         tree's per-node states in `cortex_tvm.data.postorder` order.  Or a forest as arrays,
         parents= (node i's parent, -1 at a root) and words= (-1: none), no Nodes built: the
-        roots in the order they appear; all_nodes=True gives one (n, *shape) array, node order."""
+        roots in the order they appear; all_nodes=True gives one (n, *shape) array, node order.
+
+        features=: for a model that reads per-node feature vectors (`inputs="features"`,
+        `ra.node_features`), a float32 (nodes, F) array (or a torch tensor, or one array per
+        tree), one row per node in the order all_nodes=True lists them: with trees, each tree
+        in post-order, trees in batch order; with parents=, node order (words= may be left out).
+        Every row is checked for shape, dtype and NaN/inf before the kernel runs."""
         _one_input(trees, parents, words, "")
-        lin = self.linearize(trees) if parents is None else self.linearize_parents(parents, words)
+        lin = (self.linearize(trees, features) if parents is None
+               else self.linearize_parents(parents, words, features))
         out, states = self.run(lin, check=self.bounds_check)      # linearize's arrays are valid
         if not all_nodes:
             return out

@@ -11,10 +11,13 @@ out again, and an exported model carries it as JSON so `load` rebuilds it exactl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from . import linearize as _linearize
 from .linearize_arrays import linearize_parents
+from .node_features import slot_rows
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ class Param:
     per call: "num_slots", "num_levels_plus_1", "batch") and dtype."""
 
     name: str
-    role: str        # node_input, children, num_children, level_offsets, roots, max_level_size, weight, state, out
+    role: str        # node_input, node_features, children, num_children, level_offsets, roots, max_level_size, weight, state, out
     shape: tuple
     dtype: str
 
@@ -47,20 +50,24 @@ class KernelSignature:
     #: the parameter transform function's parameters (name, shape, dtype, written) in call order:
     #: model weights in, packed weights and leaf tables out (`hoist`, `pack`); () without one
     transform: tuple = ()
+    #: per-node float inputs given with each batch (name, size, dtype): at most one (`ra.node_features`)
+    node_features: tuple = ()
 
     @classmethod
-    def of(cls, program, weights, node_inputs, uses_num_children, specialized) -> "KernelSignature":
+    def of(cls, program, weights, node_inputs, uses_num_children, specialized, node_features=()) -> "KernelSignature":
         """From a lowered RA program (see `lower.assemble`)."""
         return cls(tuple((i.name, int(i.bound), getattr(i, "missing", None)) for i in node_inputs),
                    int(program.spec.max_children), bool(uses_num_children),
                    tuple((w.name, tuple(int(d) for d in w.shape), str(w.dtype)) for w in weights),
                    tuple((s.name, tuple(int(d) for d in s.shape), str(s.dtype)) for s in program.states),
-                   program.spec.kind, bool(specialized))
+                   program.spec.kind, bool(specialized),
+                   node_features=tuple((f.name, int(f.size), str(f.dtype)) for f in node_features))
 
     # -- the convention -------------------------------------------------------------------
     def params(self) -> list:
         """The parameters in call order."""
         out = [Param(name, "node_input", ("num_slots",), "int32") for name, _, _ in self.node_inputs]
+        out += [Param(name, "node_features", ("num_slots", size), dtype) for name, size, dtype in self.node_features]
         out.append(Param("children", "children", ("num_slots", self.max_children), "int32"))
         if self.uses_num_children:
             out.append(Param("num_children", "num_children", ("num_slots",), "int32"))
@@ -89,28 +96,62 @@ class KernelSignature:
         leaves only."""
         return next((missing for _, _, missing in self.node_inputs if missing is not None), None)
 
-    def layout(self, trees, node_tile: int, batching: bool, vocab_bound, unroll=None) -> _linearize.Linearized:
+    @property
+    def reads_words(self) -> bool:
+        """Whether the kernel reads word ids (a model fed `node_features` alone ignores them)."""
+        return bool(self.node_inputs)
+
+    def layout(self, trees, node_tile: int, batching: bool, vocab_bound, unroll=None,
+               features=None) -> _linearize.Linearized:
         """Validate and lay out a batch the way this kernel expects (`unroll`: (depth, chunks) of a
-        recursively unrolled kernel, see `unrolled_levels`)."""
-        return _linearize.linearize(trees, self.max_children, pad=node_tile, vocab_size=vocab_bound,
-                                    batching=batching, allow_shared=self.kind == "dag", no_word=self.no_word,
-                                    unroll=unroll)
+        recursively unrolled kernel, see `unrolled_levels`); `features`: the batch's per-node
+        feature rows, trees in batch order, each in post-order (`node_features.slot_rows`)."""
+        self._check_features_given(features)
+        # a kernel without word inputs reads no words: any node may carry one (no_word 0)
+        no_word = self.no_word if self.reads_words else 0
+        lin = _linearize.linearize(trees, self.max_children, pad=node_tile, vocab_size=vocab_bound,
+                                   batching=batching, allow_shared=self.kind == "dag", no_word=no_word,
+                                   unroll=unroll)
+        return self._with_features(lin, features)
 
     def layout_parents(self, parents, words, node_tile: int, batching: bool, vocab_bound,
-                       unroll=None) -> _linearize.Linearized:
+                       unroll=None, features=None) -> _linearize.Linearized:
         """`layout` for a forest given as arrays (`linearize_arrays.linearize_parents`: node i's
         parent, -1 at a root; node_slots in node order).  ValueError for a DAG kernel."""
         if self.kind == "dag":
             raise ValueError("parents=: a parent array describes a forest (one parent per node), but this "
                              "model computes DAGs (a node shared by several parents); pass its Nodes, e.g. "
                              "from ct.data.from_edges")
-        return linearize_parents(parents, words, self.max_children, pad=node_tile, vocab_size=vocab_bound,
-                                 batching=batching, no_word=self.no_word, unroll=unroll)
+        self._check_features_given(features)
+        no_word = self.no_word
+        if not self.reads_words:
+            no_word = 0
+            if words is None:        # no words to give: every node is word 0, which nothing reads
+                words = np.zeros(len(parents) if hasattr(parents, "__len__") else 0, np.int32)
+        lin = linearize_parents(parents, words, self.max_children, pad=node_tile, vocab_size=vocab_bound,
+                                batching=batching, no_word=no_word, unroll=unroll)
+        return self._with_features(lin, features)
+
+    def _check_features_given(self, features) -> None:
+        if self.node_features and features is None:
+            name, size, _ = self.node_features[0]
+            raise ValueError(f"this model reads per-node features ({name!r}, {size} per node): pass "
+                             f"features= a float32 array (nodes, {size}), rows in the nodes' order")
+        if features is not None and not self.node_features:
+            raise ValueError("features=: this model reads no per-node features (it reads word ids); "
+                             "build it with inputs=\"features\" or ra.node_features")
+
+    def _with_features(self, lin, features):
+        if not self.node_features:
+            return lin
+        name, size, dtype = self.node_features[0]
+        return replace(lin, features=slot_rows(features, lin, size, name))
 
     def structure_args(self, lin: _linearize.Linearized, put=lambda a: a) -> list:
         """The leading arguments (node inputs .. max_level_size) for a linearized batch, each
         index array passed through `put` (e.g. a copy to a device)."""
         args = [put(lin.words) for _ in self.node_inputs]
+        args += [put(lin.features) for _ in self.node_features]
         args.append(put(lin.children))
         if self.uses_num_children:
             args.append(put(lin.num_children))
@@ -123,7 +164,8 @@ class KernelSignature:
                 "weights": [[n, list(s), d] for n, s, d in self.weights],
                 "states": [[n, list(s), d] for n, s, d in self.states],
                 "kind": self.kind, "specialized": self.specialized,
-                "transform": [[n, list(s), d, w] for n, s, d, w in self.transform]}
+                "transform": [[n, list(s), d, w] for n, s, d, w in self.transform],
+                "node_features": [[n, s, d] for n, s, d in self.node_features]}
 
     @classmethod
     def from_json(cls, data: dict) -> "KernelSignature":
@@ -134,6 +176,7 @@ class KernelSignature:
                        tuple((str(n), tuple(int(x) for x in s), str(d)) for n, s, d in data["weights"]),
                        tuple((str(n), tuple(int(x) for x in s), str(d)) for n, s, d in data["states"]),
                        str(data["kind"]), bool(data["specialized"]),
-                       tuple((str(n), tuple(int(x) for x in s), str(d), bool(w)) for n, s, d, w in data["transform"]))
+                       tuple((str(n), tuple(int(x) for x in s), str(d), bool(w)) for n, s, d, w in data["transform"]),
+                       tuple((str(n), int(s), str(d)) for n, s, d in data.get("node_features", ())))
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"kernel signature: malformed ({err!r})") from None

@@ -58,6 +58,10 @@ def add_parser(subparsers):
                         "forward); treelstm and treefc, systems cortex_tvm, torch-eager, torch-levels, "
                         "dgl; roots and the gradient of U (treelstm) / W (treefc) are checked against "
                         "float64 PyTorch autograd")
+    p.add_argument("--features", type=int, default=None, metavar="F",
+                   help="feed every node F seeded float32 features instead of a word id (models built with "
+                        "inputs='features', the features passed per call; the PyTorch baselines gather the "
+                        "same rows), e.g. 768 for contextual token embeddings; inference only")
     p.add_argument("--torch-python", default=None,
                    help="a Python with torch (+dgl) for the torch systems (default: this one, if it has torch)")
     p.add_argument("--mcpu", default=None,

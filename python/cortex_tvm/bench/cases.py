@@ -30,9 +30,27 @@ def hidden_for(name: str, hidden: int) -> int:
 OPTIONS = {"childsum": {"inner_words": False}}
 
 
-def make_model(name: str, hidden: int, vocab_size: int):
+#: models that take per-node feature vectors (`inputs="features"`) at a width of their own
+FEATURE_MODELS = ("treelstm", "treegru", "childsum", "seqlstm", "seqgru", "dagrnn")
+#: the seed of `bench --features`' rows
+FEATURE_SEED = 23
+
+
+def make_model(name: str, hidden: int, vocab_size: int, features: int | None = None):
+    """The bench's model `name`; features=F: fed F features per node instead of word ids."""
+    if features is not None:
+        return models.BY_NAME[name](hidden_size=hidden_for(name, hidden), inputs="features", embed_size=features,
+                                    **OPTIONS.get(name, {}))
     return models.BY_NAME[name](hidden_size=hidden_for(name, hidden), vocab_size=vocab_size,
-                                                **OPTIONS.get(name, {}))
+                                **OPTIONS.get(name, {}))
+
+
+def feature_rows(groups, size: int) -> list:
+    """`bench --features`' rows for each batch of structures: (nodes, size) float32, seeded, the
+    nodes in the order the models take them (each structure in `data.dag_postorder`)."""
+    rng = np.random.default_rng([FEATURE_SEED, size])
+    return [rng.standard_normal((sum(len(data.dag_postorder(s)) for s in g), size)).astype(np.float32)
+            for g in groups]
 
 
 def structures(name: str, trees: list) -> list:

@@ -37,7 +37,7 @@ from .. import data
 from ..models import reference64
 from ..version import __version__
 from . import BF16_SYSTEMS, TORCH_SYSTEMS, TRAIN_MODELS, TRAIN_SYSTEMS
-from .cases import MODEL_CLASSES, TORCH_MODELS, hidden_for, make_model, structures
+from .cases import FEATURE_MODELS, MODEL_CLASSES, TORCH_MODELS, feature_rows, hidden_for, make_model, structures
 from .check import (BF16_TOLERANCE, GRAD_TOLERANCE, TOLERANCE, check_grads, check_roots, difference_grads64,
                     grad_wrong_lines, tolerance_of, torch_grads64, wrong_lines)
 from .common import GRAD_WEIGHT, TRAIN_FLOPS_FACTOR, TRAIN_SEED, batch_starts, cpu_model, thread_env
@@ -52,6 +52,15 @@ def _apply_quick(args):
     for name in ("batches", "repeats", "rounds", "threads"):
         if getattr(args, name) < 1:
             raise SystemExit(f"cortex-tvm bench: --{name} must be >= 1")
+    if getattr(args, "features", None) is not None:
+        if args.features < 1:
+            raise SystemExit("cortex-tvm bench: --features must be >= 1")
+        other = [m for m in args.models if m not in FEATURE_MODELS]
+        if other:
+            raise SystemExit(f"cortex-tvm bench --features: models fed per-node features are "
+                             f"{', '.join(FEATURE_MODELS)}, not {', '.join(other)}")
+        if getattr(args, "train", False):
+            raise SystemExit("cortex-tvm bench --features: inference only (no --train)")
     if getattr(args, "train", False):
         other = [m for m in args.models if m not in TRAIN_MODELS]
         if other:
@@ -113,7 +122,7 @@ def train_direction(batch, hidden):
     return np.random.default_rng([TRAIN_SEED, batch, hidden]).standard_normal((batch, hidden)).astype(np.float32)
 
 
-def write_case(path, model, name, trees, batch, batches, train=False):
+def write_case(path, model, name, trees, batch, batches, train=False, features=None):
     """The npz for one (model, H, batch); returns (mean useful FLOPs per batch, mean nodes per batch,
     the float64 reference roots of every batch, (batches, B, *state)).
 
@@ -121,17 +130,28 @@ def write_case(path, model, name, trees, batch, batches, train=False):
     the standalone torch worker; other models run on `cases.structures`.
     train=True: also the loss direction d_roots (`train_direction`) and grad_weight, the name
     of the weight whose gradient the workers write.
+    features=F: every node's F features (`cases.feature_rows`), all batches' rows in one array
+    `features` split by `feature_offsets`; the torch worker reads them as its embedding table,
+    each leaf's word being its row (the same gather a per-node-features PyTorch model does).
     """
 
     index, groups = case_groups(name, trees, batch, batches)
     arrays = _torch_arrays([trees[i] for i in index]) if name in TORCH_MODELS else {}
+    rows, weights = None, dict(model.weights)
+    if features is not None:
+        rows = feature_rows(groups, features)
+        arrays.update(features=np.concatenate(rows), feature_offsets=np.cumsum([0] + [len(r) for r in rows]))
+        if "word" in arrays:
+            arrays["word"] = np.where(arrays["word"] >= 0, np.arange(len(arrays["word"])), -1)
+            weights["emb"] = arrays["features"]
     if train:
         arrays.update(d_roots=train_direction(batch, model.hidden_size), grad_weight=np.array(GRAD_WEIGHT[name]))
     flops = [model.flops(model.linearize(g)) for g in groups]        # pad=1: real nodes only
     nodes = sum(len(data.dag_postorder(t)) for g in groups for t in g) / len(groups)
     np.savez(path, model=np.array(name), hidden=np.array(model.hidden_size), batch=np.array(batch),
-             tree_index=index, flops=np.array(flops), **arrays, **{"w_" + k: v for k, v in model.weights.items()})
-    return float(np.mean(flops)), nodes, np.stack([reference64(model, g) for g in groups])
+             tree_index=index, flops=np.array(flops), **arrays, **{"w_" + k: v for k, v in weights.items()})
+    refs = [reference64(model, g, features=None if rows is None else rows[k]) for k, g in enumerate(groups)]
+    return float(np.mean(flops)), nodes, np.stack(refs)
 
 
 def reference_grads(model, name, groups, d_roots, ref_roots, use_torch):
@@ -243,6 +263,9 @@ def bench(args) -> int:
                                   "central differences of models.reference64 at sampled entries (no torch here)")
         print(f"  TRAINING STEPS (forward + backward to every weight's gradient); gradients checked against "
               f"{meta['grad_reference']}")
+    if getattr(args, "features", None) is not None:
+        print(f"  INPUTS: {args.features} seeded float32 features per node (inputs='features'), passed with each "
+              f"batch; the PyTorch baselines gather the same rows")
     for system, reason in skipped.items():
         print(f"  {system}: skipped, {reason}")
 
@@ -252,10 +275,11 @@ def bench(args) -> int:
         cases = []
         for name in args.models:
             for H in args.hidden:
-                model = make_model(name, H, len(vocab))
+                model = make_model(name, H, len(vocab), getattr(args, "features", None))
                 for B in args.batch:
                     path = os.path.join(tmp, f"{name}-{H}-{B}.npz")
-                    flops, nodes, ref = write_case(path, model, name, trees, B, args.batches, train=train)
+                    flops, nodes, ref = write_case(path, model, name, trees, B, args.batches, train=train,
+                                                   features=getattr(args, "features", None))
                     cases.append({"model": name, "hidden": H, "batch": B, "path": path,
                                   "flops": flops, "nodes": nodes, "ref": ref})
                     if train:

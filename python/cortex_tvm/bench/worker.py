@@ -33,18 +33,39 @@ from .common import THREAD_VARS, per_batch_best
 from .peak import fma_peak
 
 
+class FeaturedBatch(list):
+    """A batch of structures with its per-node feature rows (`bench --features`)."""
+
+    features = None
+
+
 def load_case(path):
-    """(model, batches of structures, the npz's arrays) from an orchestrator npz."""
+    """(model, batches of structures, the npz's arrays) from an orchestrator npz.  With
+    `features` in the npz each batch is a FeaturedBatch carrying its rows."""
     case = np.load(path)
     trees, vocab = data.sst_sample()
     name = str(case["model"])
-    model = make_model(name, int(case["hidden"]), len(vocab))
-    model.load_weights({k[2:]: case[k] for k in case.files if k.startswith("w_")})
+    width = int(case["features"].shape[1]) if "features" in case.files else None
+    model = make_model(name, int(case["hidden"]), len(vocab), width)
+    model.load_weights({k[2:]: case[k] for k in case.files
+                        if k.startswith("w_") and k[2:] in model.weight_shapes()})
     index = case["tree_index"]
     size = int(case["batch"])
     chosen = structures(name, [trees[i] for i in index])
     batches = [chosen[k:k + size] for k in range(0, len(chosen), size)]
+    if width is not None:
+        offsets, rows = case["feature_offsets"], case["features"]
+        batches = [FeaturedBatch(b) for b in batches]
+        for k, b in enumerate(batches):
+            b.features = np.ascontiguousarray(rows[offsets[k]:offsets[k + 1]])
     return model, batches, case
+
+
+def _with_features(fn):
+    """fn(batch) that passes a FeaturedBatch's rows as features=."""
+    def call(batch):
+        return fn(batch) if batch.__class__ is not FeaturedBatch else fn(list(batch), features=batch.features)
+    return call
 
 
 def run_model(system, path, repeats, roots_path, mcpu=None):
@@ -61,10 +82,10 @@ def run_model(system, path, repeats, roots_path, mcpu=None):
     else:
         fn = model.reference
     roots = []
-    times = per_batch_best(fn, batches, repeats, outputs=roots)
+    times = per_batch_best(_with_features(fn), batches, repeats, outputs=roots)
     np.save(roots_path, np.stack(roots))
     if system.startswith("cortex_tvm"):        # the host-side share, for the record
-        lin = per_batch_best(fn.linearize, batches, repeats)
+        lin = per_batch_best(_with_features(fn.linearize), batches, repeats)
         extra["linearize_ms"] = float(np.mean(lin)) * 1e3
     return {"ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times], **extra}
 

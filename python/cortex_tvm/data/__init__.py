@@ -9,7 +9,7 @@
 | ``arrays`` | parent arrays and edge lists (networkx, PyG, DGL) to ``Node`` structures |
 """
 
-from .arrays import from_edges, from_parents
+from .arrays import from_dgl, from_edges, from_parents
 
 from .conllu import conllu_sample, load_conllu, parse_conllu
 from .generate import (chain_tree, fold_words, grid_dag, random_trees, sequence, sequence_positions, sequences,
@@ -37,5 +37,6 @@ __all__ = [
     "sequence_positions",
     "grid_dag",
     "from_parents",
+    "from_dgl",
     "from_edges",
 ]

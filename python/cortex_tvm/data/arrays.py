@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 from .node import Node, _is_int
 
 #: edge directions `from_edges` accepts: which end of an edge (u, v) is the parent
@@ -134,3 +136,53 @@ def _children(pairs, count: int, where) -> list:
             raise ValueError(f"{where(k)}: node {parent} would be its own parent")
         children[parent].append(child)
     return children
+
+
+def from_dgl(graph, words: str | None = "x", features: str | None = None,
+             direction: str = "child_to_parent") -> dict:
+    """A DGLGraph batch of trees (`dgl.batch` of trees, as DGL's TreeLSTM example builds them) as
+    the keyword arguments of a compiled model's call, with no Node built:
+
+        out = compiled(**ct.data.from_dgl(g))                          # parents=, words=
+        out = compiled(**ct.data.from_dgl(g, words=None, features="h"))  # parents=, features=
+
+    parents[i] is node i's parent (-1 at a root), from the edges (DGL's TreeLSTM: child -> parent;
+    "parent_to_child" for the other way).  words: the `ndata` field of word ids (DGL's SST: "x",
+    -1 where a node has none), or None.  features: the `ndata` field of per-node float32 vectors,
+    or None.  Everything stays in DGL's node order, so `all_nodes=True` results line up with
+    `g.ndata`; roots come out in the order their ids appear.  A node's children are ordered by
+    node id (DGL's SST numbers a left child before its right sibling).  Only the graph's
+    `edges()`, `num_nodes()` and `ndata` are used: dgl itself is not imported.  A node with two
+    parents (a DAG) is a ValueError: build Nodes with `from_edges` for DAG models.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    src, dst = (np.asarray(_numpy(x), dtype=np.int64).ravel() for x in graph.edges())
+    child, parent = (src, dst) if direction == "child_to_parent" else (dst, src)
+    count = int(graph.num_nodes())
+    parents = np.full(count, -1, np.int64)
+    if child.size:
+        if child.min() < 0 or max(child.max(), parent.max()) >= count:
+            raise ValueError(f"from_dgl: an edge names a node outside the graph's {count} nodes")
+        seen = np.bincount(child, minlength=count)
+        if seen.max() > 1:
+            node = int(seen.argmax())
+            raise ValueError(f"from_dgl: node {node} has {int(seen[node])} parents: a forest has one per node "
+                             "(for a DAG model, build Nodes with ct.data.from_edges)")
+        parents[child] = parent
+    out = {"parents": parents}
+    for key, field in (("words", words), ("features", features)):
+        if field is not None:
+            if field not in graph.ndata:
+                raise ValueError(f"from_dgl: the graph has no ndata[{field!r}] (fields: {sorted(graph.ndata)})")
+            out[key] = _numpy(graph.ndata[field])
+    if "words" in out:
+        out["words"] = np.asarray(out["words"]).astype(np.int64).ravel()
+    return out
+
+
+def _numpy(value):
+    """A numpy array from a torch tensor (detached, on the CPU) or anything numpy takes."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)

@@ -6,14 +6,18 @@ against).  Everything else (lowering, scheduling, building) is generic.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .. import compiler as _compiler
 from .. import linearize as _linearize
 from .. import lower as _lower
+from .. import ra
 from .. import relax as _relax
 from ..build import build_schedule
 from ..data import Node
+from ..node_features import slot_rows
 from ..weights import checked_weights
 
 
@@ -180,13 +184,21 @@ class Model:
         words on inner nodes (their node input is `optional`), None otherwise."""
         return self.vocab_bound if self.reads_inner_words else None
 
-    def linearize(self, trees, pad=1) -> _linearize.Linearized:
-        return _linearize.linearize(trees, self.max_children, pad=pad, vocab_size=self.vocab_bound,
-                                    allow_shared=self.program.spec.kind == "dag", no_word=self.no_word)
+    def linearize(self, trees, pad=1, features=None) -> _linearize.Linearized:
+        """The batch laid out for the numpy executors; `features` (one row per node, post-order
+        per tree) for a program that reads `ra.node_features`."""
+        lin = _linearize.linearize(trees, self.max_children, pad=pad, vocab_size=self.vocab_bound,
+                                   allow_shared=self.program.spec.kind == "dag", no_word=self.no_word)
+        read = self.lower().node_features
+        if features is not None and not read:
+            raise ValueError("features=: this model reads no per-node features")
+        if features is not None:
+            lin = replace(lin, features=slot_rows(features, lin, read[0].size, read[0].name))
+        return lin
 
-    def reference(self, trees) -> np.ndarray:
+    def reference(self, trees, features=None) -> np.ndarray:
         """Root states from the numpy level-batched executor (the demo's baseline)."""
-        lin = self.linearize(trees)
+        lin = self.linearize(trees, features=features)
         return self.numpy_forward(lin)[0][lin.roots]
 
     def flops(self, lin: _linearize.Linearized) -> float:
@@ -204,11 +216,85 @@ class Model:
         return flops
 
 
-class WordModel(Model):
-    """A model reading word embeddings: hidden size H, vocabulary V, embedding size E (H unless given)."""
+#: what a WordModel reads at a node: a word id into its embedding table `emb`, or a feature
+#: vector that comes with each batch (`ra.node_features`: contextual token embeddings, AST
+#: node or atom features)
+INPUTS = ("words", "features")
 
-    def __init__(self, hidden_size: int, vocab_size: int, embed_size: int | None = None, seed: int = 0):
+
+class WordModel(Model):
+    """A model reading an input vector per node: hidden size H, input size E (H unless given).
+
+    inputs="words" (the default): x = emb[word], vocabulary V = vocab_size, `emb (V, E)` a weight.
+    inputs="features": x is the node's row of the (nodes, E) float32 array given with each
+    batch (`compiled(trees, features=X)`); no vocabulary, no `emb` weight.  The programs
+    read x through `node_vector`, the numpy executors through `input_rows`.
+    """
+
+    def __init__(self, hidden_size: int, vocab_size: int | None = None, embed_size: int | None = None,
+                 seed: int = 0, inputs: str = "words"):
+        if inputs not in INPUTS:
+            raise ValueError(f"inputs must be one of {INPUTS}, got {inputs!r}")
+        if inputs == "features" and vocab_size is not None:
+            raise ValueError("inputs='features' reads no word ids, so there is no vocabulary: leave vocab_size "
+                             "out (embed_size is the number of features per node)")
+        if inputs == "words" and vocab_size is None:
+            raise ValueError("vocab_size is required to read word ids (or pass inputs='features' and "
+                             "embed_size=<features per node>)")
         embed_size = hidden_size if embed_size is None else embed_size
-        check_sizes(hidden_size=hidden_size, vocab_size=vocab_size, embed_size=embed_size)
+        check_sizes(hidden_size=hidden_size, embed_size=embed_size,
+                    **({"vocab_size": vocab_size} if inputs == "words" else {}))
+        self.inputs = inputs
         self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
         super().__init__(seed)
+
+    @property
+    def fixed_sizes(self) -> tuple:
+        """Sizes the kernel must keep as given (`padding`): the caller's feature width."""
+        return ("embed_size",) if self.inputs == "features" else ()
+
+    @property
+    def no_word(self):
+        # a model fed features reads no words: any node may carry one, and none is looked up
+        return 0 if self.inputs == "features" else super().no_word
+
+    def input_weights(self) -> dict:
+        """The input table among the weights: {"emb": (V, E)}, nothing with inputs="features"."""
+        return {} if self.inputs == "features" else {"emb": (self.vocab_size, self.embed_size)}
+
+    def node_vector(self, optional: bool = False):
+        """The program's per-node input, as (x, present): `x(e)` is element e of the current
+        node's input vector (emb[word[n], e], or the batch's features x[n, e]); `present(n)`
+        tests whether node n has one, None where every node it is read at does (features:
+        every node; words read at leaves only, optional=False)."""
+        n = ra.node()
+        if self.inputs == "features":
+            x = ra.node_features("x", self.embed_size)
+            return (lambda e: x[n, e]), None
+        word = ra.node_input("word", bound=self.vocab_size, optional=optional)
+        emb = ra.weight("emb", (self.vocab_size, self.embed_size))
+        return (lambda e: emb[word.index(n), e]), (word.present if optional else None)
+
+    def inner_vector(self, x, present, name: str = "inner_x"):
+        """x at an inner node as a per-node compute: x itself, or 0 where the node has none."""
+        if present is None:
+            return ra.compute((self.embed_size,), x, name=name)
+        n = ra.node()
+        return ra.compute((self.embed_size,), lambda e: ra.if_then_else(present(n), x(e), ra.zero()), name=name)
+
+    def input_rows(self, lin, start=None, end=None) -> np.ndarray:
+        """x at slots [start, end) for the numpy executors: the batch's feature rows, or the words'
+        embedding rows (0 where a node has no word, and at inner nodes of a model that reads
+        words at leaves only)."""
+        rows = slice(start, end)
+        if self.inputs == "features":
+            if lin.features is None:
+                raise ValueError(f"{type(self).__name__}(inputs='features'): the batch has no features "
+                                 "(linearize(trees, features=X))")
+            x = lin.features[rows]
+            if not self.reads_inner_words:
+                x = x * (lin.num_children[rows] == 0)[:, None]
+            return x
+        words = lin.words[rows]
+        present = lin.num_children[rows] == 0 if self.no_word is None else words != self.no_word
+        return self.weights["emb"][np.where(present, words, 0)] * present[:, None]

@@ -35,44 +35,43 @@ class ChildSumTreeLSTM(WordModel):
                "iouh.weight": "U_iou", "iouh.bias": "bU_iou", "fx.weight": "W_f", "fx.bias": "b_f",
                "fh.weight": "U_f", "fh.bias": "bU_f"}
 
-    def __init__(self, hidden_size: int, vocab_size: int, max_children: int = 4,
-                 embed_size: int | None = None, seed: int = 0, inner_words: bool = True):
+    def __init__(self, hidden_size: int, vocab_size: int | None = None, max_children: int = 4,
+                 embed_size: int | None = None, seed: int = 0, inner_words: bool = True, inputs: str = "words"):
         if not isinstance(inner_words, bool):
             raise TypeError(f"inner_words must be a bool, got {type(inner_words).__name__}")
         self.reads_inner_words = inner_words
         check_sizes(max_children=max_children)
         self._max_children = int(max_children)
-        super().__init__(hidden_size, vocab_size, embed_size, seed)
+        super().__init__(hidden_size, vocab_size, embed_size, seed, inputs)
 
     @property
     def max_children(self) -> int:
         return self._max_children
 
     def weight_shapes(self):
-        H, V, E = self.hidden_size, self.vocab_size, self.embed_size
-        return {"emb": (V, E), "W_iou": (3 * H, E), "b_iou": (3 * H,), "U_iou": (3 * H, H),
+        H, E = self.hidden_size, self.embed_size
+        return {**self.input_weights(), "W_iou": (3 * H, E), "b_iou": (3 * H,), "U_iou": (3 * H, H),
                 "bU_iou": (3 * H,), "W_f": (H, E), "b_f": (H,), "U_f": (H, H), "bU_f": (H,)}
 
     def build_program(self):
-        H, V, E, K = self.hidden_size, self.vocab_size, self.embed_size, self._max_children
+        H, E, K = self.hidden_size, self.embed_size, self._max_children
         tree, n, s, tanh, child = ra.Tree(max_children=K), ra.node(), ra.sigmoid, ra.tanh, ra.child
-        word = ra.node_input("word", bound=V, optional=self.reads_inner_words)
-        emb = ra.weight("emb", (V, E))
+        x, present = self.node_vector(optional=self.reads_inner_words)
         W_iou, b_iou = ra.weight("W_iou", (3 * H, E)), ra.weight("b_iou", (3 * H,))
         U_iou, bU_iou = ra.weight("U_iou", (3 * H, H)), ra.weight("bU_iou", (3 * H,))
         b_f, U_f, bU_f = ra.weight("b_f", (H,)), ra.weight("U_f", (H, H)), ra.weight("bU_f", (H,))
         h, c = ra.rec_placeholder("h", (H,)), ra.rec_placeholder("c", (H,))
 
         e = ra.reduce_axis(E, "e")
-        # word.index: in range even where an inner node without a word holds the marker
-        iou = ra.compute((3 * H,), lambda r: ra.sum(W_iou[r, e] * emb[word.index(n), e], e) + b_iou[r] + bU_iou[r],
+        # x reads word.index: in range even where an inner node without a word holds the marker
+        iou = ra.compute((3 * H,), lambda r: ra.sum(W_iou[r, e] * x(e), e) + b_iou[r] + bU_iou[r],
                          name="leaf_gates")
         leaf_c = ra.compute((H,), lambda i: s(iou[i]) * tanh(iou[2 * H + i]), name="leaf_c")
         leaf_h = ra.compute((H,), lambda i: s(iou[H + i]) * tanh(leaf_c[i]), name="leaf_h")
 
         j = ra.reduce_axis(K, "j")
         h_sum = ra.compute((H,), lambda k: ra.sum(h[child(n, j), k], j), name="h_sum")
-        x_iou, x_f = self._inner_inputs(word, emb, W_iou) if self.reads_inner_words else (None, None)
+        x_iou, x_f = self._inner_inputs(x, present, W_iou) if self.reads_inner_words else (None, None)
         k = ra.reduce_axis(H, "k")
         def with_x(value, x_term, i):          # the same expression as before when x is never read
             return value if x_term is None else value + x_term[i]
@@ -88,12 +87,11 @@ class ChildSumTreeLSTM(WordModel):
         internal_h = ra.compute((H,), lambda i: s(gates[H + i]) * tanh(internal_c[i]), name="internal_h")
         return ra.rec_compute(tree, {h: (leaf_h, internal_h), c: (leaf_c, internal_c)})
 
-    def _inner_inputs(self, word, emb, W_iou):
-        """W_iou x and W_f x at an inner node, x = emb[word] where it has a word, else 0."""
-        H, E, n = self.hidden_size, self.embed_size, ra.node()
+    def _inner_inputs(self, x, present, W_iou):
+        """W_iou x and W_f x at an inner node, x = its input where it has one, else 0."""
+        H, E = self.hidden_size, self.embed_size
         W_f = ra.weight("W_f", (H, E))
-        x = ra.compute((E,), lambda e: ra.if_then_else(word.present(n), emb[word.index(n), e], ra.zero()),
-                       name="inner_x")
+        x = self.inner_vector(x, present)
         e1, e2 = ra.reduce_axis(E, "e1"), ra.reduce_axis(E, "e2")
         x_iou = ra.compute((3 * H,), lambda r: ra.sum(W_iou[r, e1] * x[e1], e1), name="input_iou")
         x_f = ra.compute((H,), lambda i: ra.sum(W_f[i, e2] * x[e2], e2), name="input_f")
@@ -104,9 +102,7 @@ class ChildSumTreeLSTM(WordModel):
         h, c = zero_states(lin, H, 2)
         lo = lin.level_offsets
         bias = w["b_iou"] + w["bU_iou"]
-        # without inner words, inner nodes hold word 0 and must read x = 0
-        present = lin.num_children == 0 if self.no_word is None else lin.words != self.no_word
-        x = w["emb"][np.where(present, lin.words, 0)] * present[:, None]      # x = 0 without a word
+        x = self.input_rows(lin)          # x = 0 without a word, and at inner nodes without inner_words
         g = x[lo[0]:lo[1]] @ w["W_iou"].T + bias
         h[lo[0]:lo[1]], c[lo[0]:lo[1]] = lstm_cell(g[:, :H], g[:, H:2 * H], g[:, 2 * H:])
         for start, end in zip(lo[1:-1], lo[2:]):

@@ -26,31 +26,30 @@ class DAGRNN(WordModel):
     aliases = {"emb.weight": "emb", "Wx.weight": "Wx", "Wx.bias": "b", "U.weight": "U"}
     reads_inner_words = True
 
-    def __init__(self, hidden_size: int, vocab_size: int, max_predecessors: int = 2,
-                 embed_size: int | None = None, seed: int = 0):
+    def __init__(self, hidden_size: int, vocab_size: int | None = None, max_predecessors: int = 2,
+                 embed_size: int | None = None, seed: int = 0, inputs: str = "words"):
         check_sizes(max_predecessors=max_predecessors)
         self.max_predecessors = int(max_predecessors)
-        super().__init__(hidden_size, vocab_size, embed_size, seed)
+        super().__init__(hidden_size, vocab_size, embed_size, seed, inputs)
 
     def weight_shapes(self):
-        H, V, E = self.hidden_size, self.vocab_size, self.embed_size
-        return {"emb": (V, E), "Wx": (H, E), "b": (H,), "U": (H, H)}
+        H, E = self.hidden_size, self.embed_size
+        return {**self.input_weights(), "Wx": (H, E), "b": (H,), "U": (H, H)}
 
     def build_program(self):
-        H, V, E, P = self.hidden_size, self.vocab_size, self.embed_size, self.max_predecessors
+        H, E, P = self.hidden_size, self.embed_size, self.max_predecessors
         dag, n, child = ra.DAG(max_children=P), ra.node(), ra.child
-        word = ra.node_input("word", bound=V, optional=True)
-        emb, Wx, b, U = ra.weight("emb", (V, E)), ra.weight("Wx", (H, E)), ra.weight("b", (H,)), ra.weight("U", (H, H))
+        x, present = self.node_vector(optional=True)
+        Wx, b, U = ra.weight("Wx", (H, E)), ra.weight("b", (H,)), ra.weight("U", (H, H))
         h = ra.rec_placeholder("h", (H,))
 
         e = ra.reduce_axis(E, "e")
-        leaf_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, e] * emb[word.index(n), e], e) + b[i]), name="leaf_h")
+        leaf_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, e] * x(e), e) + b[i]), name="leaf_h")
         j = ra.reduce_axis(P, "j")
         pred_sum = ra.compute((H,), lambda k: ra.sum(h[child(n, j), k], j), name="pred_sum")
-        x = ra.compute((E,), lambda e: ra.if_then_else(word.present(n), emb[word.index(n), e], ra.zero()),
-                       name="inner_x")
+        inner_x = self.inner_vector(x, present)
         e2, k = ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
-        internal_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, e2] * x[e2], e2)
+        internal_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, e2] * inner_x[e2], e2)
                                                         + ra.sum(U[i, k] * pred_sum[k], k) + b[i]),
                                 name="internal_h")
         return ra.rec_compute(dag, {h: (leaf_h, internal_h)})
@@ -59,11 +58,9 @@ class DAGRNN(WordModel):
         w, H = self.weights, self.hidden_size
         h = np.zeros((lin.num_slots, H), np.float32)
         lo = lin.level_offsets
-        h[lo[0]:lo[1]] = np.tanh(w["emb"][lin.words[lo[0]:lo[1]]] @ w["Wx"].T + w["b"])
+        h[lo[0]:lo[1]] = np.tanh(self.input_rows(lin, lo[0], lo[1]) @ w["Wx"].T + w["b"])
         for start, end in zip(lo[1:-1], lo[2:]):
-            words = lin.words[start:end]
-            present = words != self.no_word
-            x = w["emb"][np.where(present, words, 0)] * present[:, None]
+            x = self.input_rows(lin, start, end)
             h[start:end] = np.tanh(x @ w["Wx"].T + h[lin.children[start:end]].sum(1) @ w["U"].T + w["b"])
         return [h]
 

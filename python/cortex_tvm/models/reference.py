@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..data import Node
+from ..data import Node, dag_postorder, postorder
 from .child_sum_tree_lstm import ChildSumTreeLSTM
 from .dag_rnn import DAGRNN
 from .mv_rnn import MVRNN
@@ -42,7 +42,9 @@ def _cell_state(i, o, u, gated_cells):
 
 
 def _x(w, word):
-    """A node's input: emb[word], 0 without a word."""
+    """A node's input: emb[word], 0 without a word; a feature row (inputs="features") as it is."""
+    if isinstance(word, np.ndarray):
+        return word
     return np.zeros(w["emb"].shape[1]) if word is None else w["emb"][word]
 
 
@@ -151,7 +153,7 @@ def _make_cell(model):
     raise TypeError(f"reference64: no float64 reference for {type(model).__name__}")
 
 
-def _evaluate(root, cell, zero, w, arity, inner_words):
+def _evaluate(root, cell, zero, w, arity, inner_words, rows=None):
     """The root's state tuple, every distinct node evaluated once, children first."""
     done, open_ = {}, set()
     stack = [root]
@@ -170,7 +172,9 @@ def _evaluate(root, cell, zero, w, arity, inner_words):
             continue
         stack.pop()
         open_.discard(id(node))
-        done[id(node)] = cell(_word(node, w, inner_words), _padded(node, kids, done, zero, arity))
+        x = _word(node, w, inner_words) if rows is None else \
+            rows[id(node)] if kids is None or inner_words else None
+        done[id(node)] = cell(x, _padded(node, kids, done, zero, arity))
     return done[id(root)]
 
 
@@ -193,15 +197,25 @@ def _padded(node, kids, done, zero, arity):
     return [done[id(k)] for k in kids] + [zero] * (arity - len(kids))
 
 
-def reference64(model, structures) -> np.ndarray:
+def reference64(model, structures, features=None) -> np.ndarray:
     """The roots' first state in float64, (B, *state shape): one structure at a time, one node at
     a time, from `model.weights` (see the module doc).  `structures` are what the model is called
-    on: trees, `data.sequence` chains or `data.grid_dag` DAGs (`Node`s)."""
+    on: trees, `data.sequence` chains or `data.grid_dag` DAGs (`Node`s).  A model built with
+    inputs="features" reads node i's x from row i of `features` (nodes, E), the nodes listed
+    structure by structure, each in `data.postorder` (`data.dag_postorder` for a DAG) order."""
     (cell, zero), w = _make_cell(model)
     arity = model.max_children
-    out = []
     for k, root in enumerate(structures):
         if not isinstance(root, Node):
             raise TypeError(f"reference64: structure {k} is a {type(root).__name__}, not a Node")
-        out.append(_evaluate(root, cell, zero, w, arity, model.reads_inner_words)[0])
-    return np.stack(out)
+    rows = None
+    if getattr(model, "inputs", "words") == "features":
+        order = dag_postorder if model.program.spec.kind == "dag" else postorder
+        nodes = [node for root in structures for node in order(root)]
+        features = np.asarray(features, np.float64)
+        if features.shape != (len(nodes), model.embed_size):
+            raise ValueError(f"reference64: features of shape {features.shape}, expected "
+                             f"({len(nodes)}, {model.embed_size})")
+        rows = {id(node): row for node, row in zip(nodes, features)}
+    return np.stack([_evaluate(root, cell, zero, w, arity, model.reads_inner_words, rows)[0]
+                     for root in structures])

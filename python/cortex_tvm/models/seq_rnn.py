@@ -31,26 +31,16 @@ class _SeqModel(WordModel):
     reads_inner_words = True
 
     def weight_shapes(self):
-        H, V, E, G = self.hidden_size, self.vocab_size, self.embed_size, self.gates
-        return {"emb": (V, E), "W_ih": (G * H, E), "W_hh": (G * H, H), "b_ih": (G * H,), "b_hh": (G * H,)}
+        H, E, G = self.hidden_size, self.embed_size, self.gates
+        return {**self.input_weights(), "W_ih": (G * H, E), "W_hh": (G * H, H), "b_ih": (G * H,), "b_hh": (G * H,)}
 
     def _inputs(self):
-        """A chain (one child: the previous element), the node, the word input and the weights."""
-        H, V, E, G = self.hidden_size, self.vocab_size, self.embed_size, self.gates
-        return (ra.Tree(max_children=1), ra.node(), ra.node_input("word", bound=V, optional=True),
-                ra.weight("emb", (V, E)), ra.weight("W_ih", (G * H, E)), ra.weight("W_hh", (G * H, H)),
+        """A chain (one child: the previous element), the node, its input (`node_vector`: x(e) and
+        present) and the weights."""
+        H, E, G = self.hidden_size, self.embed_size, self.gates
+        return (ra.Tree(max_children=1), ra.node(), *self.node_vector(optional=True),
+                ra.weight("W_ih", (G * H, E)), ra.weight("W_hh", (G * H, H)),
                 ra.weight("b_ih", (G * H,)), ra.weight("b_hh", (G * H,)))
-
-    def _input(self, word, emb):
-        """x at an inner element: emb[word], or 0 where the element has no word."""
-        n = ra.node()
-        return ra.compute((self.embed_size,), lambda e: ra.if_then_else(word.present(n), emb[word.index(n), e],
-                                                                        ra.zero()), name="inner_x")
-
-    def _numpy_inputs(self, lin, start, end):
-        words = lin.words[start:end]
-        present = words != self.no_word
-        return self.weights["emb"][np.where(present, words, 0)] * present[:, None]
 
     def flops(self, lin):
         H, E, G = self.hidden_size, self.embed_size, self.gates
@@ -70,17 +60,17 @@ class SeqLSTM(_SeqModel):
     gates, aliases = 4, _rnn_aliases("lstm")
 
     def build_program(self):
-        H, E, (chain, n, word, emb, W_ih, W_hh, b_ih, b_hh) = self.hidden_size, self.embed_size, self._inputs()
+        H, E, (chain, n, x_at, present, W_ih, W_hh, b_ih, b_hh) = self.hidden_size, self.embed_size, self._inputs()
         s, tanh, child = ra.sigmoid, ra.tanh, ra.child
         h, c = ra.rec_placeholder("h", (H,)), ra.rec_placeholder("c", (H,))
 
         e = ra.reduce_axis(E, "e")
-        lg = ra.compute((4 * H,), lambda r: ra.sum(W_ih[r, e] * emb[word.index(n), e], e) + b_ih[r] + b_hh[r],
+        lg = ra.compute((4 * H,), lambda r: ra.sum(W_ih[r, e] * x_at(e), e) + b_ih[r] + b_hh[r],
                         name="leaf_gates")
         leaf_c = ra.compute((H,), lambda i: s(lg[i]) * tanh(lg[2 * H + i]), name="leaf_c")
         leaf_h = ra.compute((H,), lambda i: s(lg[3 * H + i]) * tanh(leaf_c[i]), name="leaf_h")
 
-        x, e2, k = self._input(word, emb), ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
+        x, e2, k = self.inner_vector(x_at, present), ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
         # two computes, one reduction each (see the report on `auto` + two sums in one compute)
         gi = ra.compute((4 * H,), lambda r: ra.sum(W_ih[r, e2] * x[e2], e2) + b_ih[r],
                         name="input_gates")
@@ -97,7 +87,7 @@ class SeqLSTM(_SeqModel):
         lo = lin.level_offsets
         bias = w["b_ih"] + w["b_hh"]
         for start, end in zip(lo[:-1], lo[1:]):
-            g = self._numpy_inputs(lin, start, end) @ w["W_ih"].T
+            g = self.input_rows(lin, start, end) @ w["W_ih"].T
             first = start == lo[0]                     # h_0 = c_0 = 0 before the first elements
             if not first:
                 prev = lin.children[start:end, :1]     # (m, 1): the previous element
@@ -120,16 +110,16 @@ class SeqGRU(_SeqModel):
     gates, aliases = 3, _rnn_aliases("gru")
 
     def build_program(self):
-        H, E, (chain, n, word, emb, W_ih, W_hh, b_ih, b_hh) = self.hidden_size, self.embed_size, self._inputs()
+        H, E, (chain, n, x_at, present, W_ih, W_hh, b_ih, b_hh) = self.hidden_size, self.embed_size, self._inputs()
         s, tanh, child = ra.sigmoid, ra.tanh, ra.child
         h = ra.rec_placeholder("h", (H,))
 
         e = ra.reduce_axis(E, "e")
-        lgi = ra.compute((3 * H,), lambda r: ra.sum(W_ih[r, e] * emb[word.index(n), e], e) + b_ih[r], name="leaf_gates")
+        lgi = ra.compute((3 * H,), lambda r: ra.sum(W_ih[r, e] * x_at(e), e) + b_ih[r], name="leaf_gates")
         leaf_h = ra.compute((H,), lambda i: (1.0 - s(lgi[H + i] + b_hh[H + i]))
                             * tanh(lgi[2 * H + i] + s(lgi[i] + b_hh[i]) * b_hh[2 * H + i]), name="leaf_h")
 
-        x, e2, k = self._input(word, emb), ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
+        x, e2, k = self.inner_vector(x_at, present), ra.reduce_axis(E, "e2"), ra.reduce_axis(H, "k")
         gi = ra.compute((3 * H,), lambda r: ra.sum(W_ih[r, e2] * x[e2], e2) + b_ih[r],
                         name="input_gates")
         gh = ra.compute((3 * H,), lambda r: ra.sum(W_hh[r, k] * h[child(n, 0), k], k) + b_hh[r], name="hidden_gates")
@@ -147,7 +137,7 @@ class SeqGRU(_SeqModel):
                 hp = np.zeros((end - start, H), np.float32)
             else:
                 hp = h[lin.children[start:end, 0]]
-            gi = self._numpy_inputs(lin, start, end) @ w["W_ih"].T + w["b_ih"]
+            gi = self.input_rows(lin, start, end) @ w["W_ih"].T + w["b_ih"]
             gh = hp @ w["W_hh"].T + w["b_hh"]
             r, z = sigmoid(gi[:, :H] + gh[:, :H]), sigmoid(gi[:, H:2 * H] + gh[:, H:2 * H])
             h[start:end] = (1 - z) * np.tanh(gi[:, 2 * H:] + r * gh[:, 2 * H:]) + z * hp

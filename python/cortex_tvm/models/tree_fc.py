@@ -16,21 +16,21 @@ class TreeFC(WordModel):
 
     aliases = {"emb.weight": "emb", "W.weight": "W", "W.bias": "b"}
 
-    def __init__(self, hidden_size: int, vocab_size: int, seed: int = 0):
-        super().__init__(hidden_size, vocab_size, seed=seed)      # the embedding size is H
+    def __init__(self, hidden_size: int, vocab_size: int | None = None, seed: int = 0, inputs: str = "words"):
+        super().__init__(hidden_size, vocab_size, seed=seed, inputs=inputs)      # the input size is H
 
     def weight_shapes(self):
-        H, V = self.hidden_size, self.vocab_size
-        return {"emb": (V, H), "W": (H, H), "b": (H,)}
+        H = self.hidden_size
+        return {**self.input_weights(), "W": (H, H), "b": (H,)}
 
     def build_program(self):
-        H, V = self.hidden_size, self.vocab_size
+        H = self.hidden_size
         tree, n = ra.Tree(max_children=2), ra.node()
-        word = ra.node_input("word", bound=V)
-        emb, W, b = ra.weight("emb", (V, H)), ra.weight("W", (H, H)), ra.weight("b", (H,))
+        x, _ = self.node_vector()
+        W, b = ra.weight("W", (H, H)), ra.weight("b", (H,))
         h = ra.rec_placeholder("h", (H,))
 
-        leaf_h = ra.compute((H,), lambda i: emb[word[n], i], name="leaf_h")
+        leaf_h = ra.compute((H,), lambda i: x(i), name="leaf_h")
         k = ra.reduce_axis(H, "k")
         child_sum = ra.compute((H,), lambda i: h[ra.child(n, 0), i] + h[ra.child(n, 1), i], name="child_sum")
         internal_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(W[i, k] * child_sum[k], k) + b[i]),
@@ -41,7 +41,7 @@ class TreeFC(WordModel):
         w = self.weights
         h = np.zeros((lin.num_slots, self.hidden_size), np.float32)
         lo = lin.level_offsets
-        h[lo[0]:lo[1]] = w["emb"][lin.words[lo[0]:lo[1]]]
+        h[lo[0]:lo[1]] = self.input_rows(lin, lo[0], lo[1])
         for start, end in zip(lo[1:-1], lo[2:]):
             kids = lin.children[start:end]
             h[start:end] = np.tanh((h[kids[:, 0]] + h[kids[:, 1]]) @ w["W"].T + w["b"])

@@ -27,21 +27,21 @@ class TreeGRU(WordModel):
                "Uh.weight": "Uh", "Uh.bias": "bUh"}
 
     def weight_shapes(self):
-        H, V, E = self.hidden_size, self.vocab_size, self.embed_size
-        return {"emb": (V, E), "W": (2 * H, E), "bW": (2 * H,), "U": (3 * H, 2 * H), "bU": (3 * H,),
+        H, E = self.hidden_size, self.embed_size
+        return {**self.input_weights(), "W": (2 * H, E), "bW": (2 * H,), "U": (3 * H, 2 * H), "bU": (3 * H,),
                 "Uh": (H, 2 * H), "bUh": (H,)}
 
     def build_program(self):
-        H, V, E = self.hidden_size, self.vocab_size, self.embed_size
+        H, E = self.hidden_size, self.embed_size
         tree, n, s, child = ra.Tree(max_children=2), ra.node(), ra.sigmoid, ra.child
-        word = ra.node_input("word", bound=V)
-        emb, W, bW = ra.weight("emb", (V, E)), ra.weight("W", (2 * H, E)), ra.weight("bW", (2 * H,))
+        x, _ = self.node_vector()
+        W, bW = ra.weight("W", (2 * H, E)), ra.weight("bW", (2 * H,))
         U, bU = ra.weight("U", (3 * H, 2 * H)), ra.weight("bU", (3 * H,))
         Uh, bUh = ra.weight("Uh", (H, 2 * H)), ra.weight("bUh", (H,))
         h = ra.rec_placeholder("h", (H,))
 
         e = ra.reduce_axis(E, "e")
-        zu = ra.compute((2 * H,), lambda r: ra.sum(W[r, e] * emb[word[n], e], e) + bW[r], name="leaf_gates")
+        zu = ra.compute((2 * H,), lambda r: ra.sum(W[r, e] * x(e), e) + bW[r], name="leaf_gates")
         leaf_h = ra.compute((H,), lambda i: (1.0 - s(zu[i])) * ra.tanh(zu[H + i]), name="leaf_h")
 
         j, k = ra.reduce_axis(2, "j"), ra.reduce_axis(H, "k")
@@ -59,7 +59,7 @@ class TreeGRU(WordModel):
         w, H = self.weights, self.hidden_size
         h = np.zeros((lin.num_slots, H), np.float32)
         lo = lin.level_offsets
-        g = w["emb"][lin.words[lo[0]:lo[1]]] @ w["W"].T + w["bW"]
+        g = self.input_rows(lin, lo[0], lo[1]) @ w["W"].T + w["bW"]
         h[lo[0]:lo[1]] = (1 - sigmoid(g[:, :H])) * np.tanh(g[:, H:])
         for start, end in zip(lo[1:-1], lo[2:]):
             kids = lin.children[start:end]

@@ -11,7 +11,8 @@ class TreeLSTM(WordModel):
     """Binary TreeLSTM; returns the root h.
 
     Weights (float32, nn.Linear convention y = W x + b), E = embed size (H unless given):
-    `emb (V, E)`; `W (3H, E)`, `bW (3H,)` with rows [i; o; u];
+    `emb (V, E)` (none with inputs="features": x is the node's row of the batch's features);
+    `W (3H, E)`, `bW (3H,)` with rows [i; o; u];
     `U (5H, 2H)`, `bU (5H,)` with rows [i; f_l; f_r; o; u] applied to [h_l; h_r].
 
     Leaf: x = emb[word]; i, o, u = W x + bW; c = s(i) tanh(u); h = s(o) tanh(c).
@@ -26,30 +27,30 @@ class TreeLSTM(WordModel):
 
     aliases = {"emb.weight": "emb", "W.weight": "W", "W.bias": "bW", "U.weight": "U", "U.bias": "bU"}
 
-    def __init__(self, hidden_size: int, vocab_size: int, embed_size: int | None = None, seed: int = 0,
-                 inner_words: bool = False):
+    def __init__(self, hidden_size: int, vocab_size: int | None = None, embed_size: int | None = None,
+                 seed: int = 0, inner_words: bool = False, inputs: str = "words"):
         if not isinstance(inner_words, bool):
             raise TypeError(f"inner_words must be a bool, got {type(inner_words).__name__}")
         self.reads_inner_words = inner_words
-        super().__init__(hidden_size, vocab_size, embed_size, seed)
+        super().__init__(hidden_size, vocab_size, embed_size, seed, inputs)
 
     def weight_shapes(self):
-        H, V, E = self.hidden_size, self.vocab_size, self.embed_size
-        return {"emb": (V, E), "W": (3 * H, E), "bW": (3 * H,), "U": (5 * H, 2 * H), "bU": (5 * H,)}
+        H, E = self.hidden_size, self.embed_size
+        return {**self.input_weights(), "W": (3 * H, E), "bW": (3 * H,), "U": (5 * H, 2 * H), "bU": (5 * H,)}
 
     def build_program(self):
-        H, V, E = self.hidden_size, self.vocab_size, self.embed_size
+        H, E = self.hidden_size, self.embed_size
         tree, n = ra.Tree(max_children=2), ra.node()
         s, tanh, child = ra.sigmoid, ra.tanh, ra.child
-        word = ra.node_input("word", bound=V, optional=self.reads_inner_words)
-        emb, W, bW = ra.weight("emb", (V, E)), ra.weight("W", (3 * H, E)), ra.weight("bW", (3 * H,))
+        x, present = self.node_vector(optional=self.reads_inner_words)
+        W, bW = ra.weight("W", (3 * H, E)), ra.weight("bW", (3 * H,))
         U, bU = ra.weight("U", (5 * H, 2 * H)), ra.weight("bU", (5 * H,))
         h, c = ra.rec_placeholder("h", (H,)), ra.rec_placeholder("c", (H,))
 
-        # leaf: [i; o; u] = W emb[word] + bW, as iou[gate, unit]
+        # leaf: [i; o; u] = W x + bW, as iou[gate, unit]
         LI, LO, LU = range(3)
         e = ra.reduce_axis(E, "e")
-        iou = ra.compute((3, H), lambda g, i: ra.sum(W[g * H + i, e] * emb[word.index(n), e], e) + bW[g * H + i],
+        iou = ra.compute((3, H), lambda g, i: ra.sum(W[g * H + i, e] * x(e), e) + bW[g * H + i],
                          name="leaf_gates")
         leaf_c = ra.compute((H,), lambda i: s(iou[LI, i]) * tanh(iou[LU, i]), name="leaf_c")
         leaf_h = ra.compute((H,), lambda i: s(iou[LO, i]) * tanh(leaf_c[i]), name="leaf_h")
@@ -61,13 +62,13 @@ class TreeLSTM(WordModel):
         gates = ra.compute((5, H), lambda g, i: ra.sum(U[g * H + i, j * H + k] * h[child(n, j), k], [j, k])
                            + bU[g * H + i], name="gates")
         if self.reads_inner_words:
-            # W x + bW where the node has a word, else 0 (added to i, o, u)
-            x = ra.compute((E,), lambda e: ra.if_then_else(word.present(n), emb[word.index(n), e], ra.zero()),
-                           name="inner_x")
+            # W x + bW where the node has an input, else 0 (added to i, o, u)
+            inner_x = self.inner_vector(x, present)
             ex = ra.reduce_axis(E, "ex")
-            xw = ra.compute((3, H), lambda g, i: ra.sum(W[g * H + i, ex] * x[ex], ex), name="input_gates")
-            xg = ra.compute((3, H), lambda g, i: ra.if_then_else(word.present(n), xw[g, i] + bW[g * H + i],
-                                                                 ra.zero()), name="input_bias")
+            xw = ra.compute((3, H), lambda g, i: ra.sum(W[g * H + i, ex] * inner_x[ex], ex), name="input_gates")
+            xg = ra.compute((3, H), (lambda g, i: xw[g, i] + bW[g * H + i]) if present is None else
+                            (lambda g, i: ra.if_then_else(present(n), xw[g, i] + bW[g * H + i], ra.zero())),
+                            name="input_bias")
 
             def gate(g, i):
                 return gates[g, i] + xg[{I: LI, O: LO, U_: LU}[g], i]
@@ -84,16 +85,18 @@ class TreeLSTM(WordModel):
         w, H = self.weights, self.hidden_size
         h, c = zero_states(lin, H, 2)
         lo = lin.level_offsets
-        gates = w["emb"][lin.words[lo[0]:lo[1]]] @ w["W"].T + w["bW"]
+        gates = self.input_rows(lin, lo[0], lo[1]) @ w["W"].T + w["bW"]
         h[lo[0]:lo[1]], c[lo[0]:lo[1]] = lstm_cell(gates[:, :H], gates[:, H:2 * H], gates[:, 2 * H:])
         for start, end in zip(lo[1:-1], lo[2:]):
             kids = lin.children[start:end]
             x = np.concatenate([h[kids[:, 0]], h[kids[:, 1]]], axis=1)
             g = x @ w["U"].T + w["bU"]
-            if self.no_word is not None:
-                words = lin.words[start:end]
-                present = words != self.no_word
-                xg = (w["emb"][np.where(present, words, 0)] @ w["W"].T + w["bW"]) * present[:, None]
+            if self.reads_inner_words:
+                if self.inputs == "features":
+                    present = np.ones(end - start, bool)
+                else:
+                    present = lin.words[start:end] != self.no_word
+                xg = (self.input_rows(lin, start, end) @ w["W"].T + w["bW"]) * present[:, None]
                 for q, p in ((0, 0), (3, 1), (4, 2)):            # i, o, u get W x + bW
                     g[:, q * H:(q + 1) * H] += xg[:, p * H:(p + 1) * H]
             forget = g[:, H:3 * H].reshape(end - start, 2, H)            # [f_l; f_r]

@@ -81,6 +81,10 @@ class ProgramPrimitives:
         if budget_mb <= 0:
             raise ScheduleError(f"hoist: budget_mb must be a positive number, got {budget_mb!r}")
         program = self.lowered.program
+        if self.lowered.node_features:
+            raise ScheduleError(f"hoist: the program reads per-node features "
+                                f"({', '.join(f.name for f in self.lowered.node_features)}), which change "
+                                "with every batch: no table can hold the leaves' states")
         inputs = [k for k in self.lowered.node_inputs]
         if len(inputs) != 1:
             raise ScheduleError(f"hoist: the leaf case must read exactly one per-node input, found "

@@ -1,0 +1,217 @@
+"""Per-node feature inputs (`ra.node_features`, `inputs="features"`): every zoo model that takes
+them against the float64 per-node reference, the array path, the IR, and every bad input."""
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm import ra
+from cortex_tvm.data import dag_postorder, grid_dag, postorder, sequences, sst_sample
+from cortex_tvm.models.reference import reference64
+from cortex_tvm.schedule import RecSchedule, ScheduleError
+from cortex_tvm.signature import KernelSignature
+
+M = ct.models
+H, F = 24, 20
+TREES = sst_sample()[0][:6]
+
+
+def rows_for(structures, size, seed=0, order=postorder):
+    count = sum(len(order(s)) for s in structures)
+    return np.random.default_rng(seed).standard_normal((count, size)).astype(np.float32)
+
+
+def close(out, ref, tol=1e-4):
+    err = np.max(np.abs(out - ref)) / max(1.0, np.max(np.abs(ref)))
+    assert err < tol, err
+
+
+CASES = {
+    "treelstm": (lambda: M.TreeLSTM(H, inputs="features", embed_size=F), TREES),
+    "treelstm_inner": (lambda: M.TreeLSTM(H, inputs="features", embed_size=F, inner_words=True), TREES),
+    "treefc": (lambda: M.TreeFC(H, inputs="features"), TREES),
+    "treegru": (lambda: M.TreeGRU(H, inputs="features", embed_size=F), TREES),
+    "childsum": (lambda: M.ChildSumTreeLSTM(H, inputs="features", embed_size=F, max_children=2), TREES),
+    "seqlstm": (lambda: M.SeqLSTM(H, inputs="features", embed_size=F), sequences([[1, 2, 3], [4, 5], [6, 7, 8, 9]])),
+    "seqgru": (lambda: M.SeqGRU(H, inputs="features", embed_size=F), sequences([[1, 2, 3], [4, 5, 6, 7]])),
+    "dagrnn": (lambda: M.DAGRNN(H, inputs="features", embed_size=F), [grid_dag(3, 4), grid_dag(2, 2, seed=1)]),
+}
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return {name: (make(), structures) for name, (make, structures) in CASES.items()}
+
+
+@pytest.fixture(scope="module")
+def kernels(compiled):
+    return {name: model.compile() for name, (model, _) in compiled.items()}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_zoo_model_on_features_equals_float64_reference(compiled, kernels, name):
+    model, structures = compiled[name]
+    order = dag_postorder if name == "dagrnn" else postorder
+    X = rows_for(structures, model.embed_size, order=order)
+    out = kernels[name](structures, features=X)
+    close(out, reference64(model, structures, features=X))
+    # the rows are read by node: other features, other results
+    assert np.max(np.abs(kernels[name](structures, features=X[::-1].copy()) - out)) > 1e-3
+
+
+def test_inner_rows_matter_only_where_inner_nodes_read_them(compiled, kernels):
+    model, trees = compiled["treelstm"]
+    X = rows_for(trees, F)
+    inner = np.concatenate([[n.children is not None for n in postorder(t)] for t in trees])
+    Y = X.copy()
+    Y[inner] = 7.0
+    np.testing.assert_array_equal(kernels["treelstm"](trees, features=Y), kernels["treelstm"](trees, features=X))
+    assert np.max(np.abs(kernels["treelstm_inner"](trees, features=Y)
+                         - kernels["treelstm_inner"](trees, features=X))) > 1e-3
+
+
+def test_all_nodes_and_per_tree_arrays(compiled, kernels):
+    model, trees = compiled["treegru"]
+    X = rows_for(trees, F)
+    per_tree = np.split(X, np.cumsum([len(postorder(t)) for t in trees])[:-1])
+    nodes = kernels["treegru"](trees, all_nodes=True, features=per_tree)
+    assert [len(n) for n in nodes] == [len(postorder(t)) for t in trees]
+    close(np.stack([n[-1] for n in nodes]), reference64(model, trees, features=X))
+
+
+def _preorder_forest(trees):
+    """The forest as a parent array in another order than the Nodes' post-order: trees reversed,
+    each in pre-order (siblings keep their order, so it is the same forest); and perm, where
+    node k of the arrays is node perm[k] of the post-order listing."""
+    post, offset = {}, 0
+    for tree in trees:
+        for k, n in enumerate(postorder(tree)):
+            post[id(n)] = offset + k
+        offset += len(postorder(tree))
+    order, parent_of = [], {}
+    for tree in reversed(trees):
+        stack = [tree]
+        while stack:
+            n = stack.pop()
+            order.append(n)
+            for c in n.children or ():
+                parent_of[id(c)] = n
+            stack.extend(reversed(n.children or ()))
+    position = {id(n): k for k, n in enumerate(order)}
+    parents = np.array([position[id(parent_of[id(n)])] if id(n) in parent_of else -1 for n in order])
+    return parents, np.array([post[id(n)] for n in order])
+
+
+def test_parent_arrays_take_features_in_node_order(compiled, kernels):
+    _, trees = compiled["treelstm"]
+    X = rows_for(trees, F, seed=3)
+    parents, perm = _preorder_forest(trees)
+    run = kernels["treelstm"]
+    nodes = run(parents=parents, features=X[perm], all_nodes=True)      # no words= needed
+    close(nodes, np.concatenate(run(trees, all_nodes=True, features=X))[perm], 1e-6)
+    close(run(parents=parents, features=X[perm]), run(trees, features=X)[::-1], 1e-6)
+
+
+def test_hand_written_program_with_node_features():
+    n, Hs, Fs = ra.node(), 16, 12
+    x = ra.node_features("x", Fs)
+    Wx, U = ra.weight("Wx", (Hs, Fs)), ra.weight("U", (Hs, Hs))
+    h = ra.rec_placeholder("h", (Hs,))
+    f, k = ra.reduce_axis(Fs, "f"), ra.reduce_axis(Hs, "k")
+    leaf = ra.compute((Hs,), lambda i: ra.tanh(ra.sum(Wx[i, f] * x[n, f], f)), name="leaf_h")
+    kids = ra.compute((Hs,), lambda i: h[ra.child(n, 0), i] + h[ra.child(n, 1), i], name="kids")
+    f2 = ra.reduce_axis(Fs, "f2")
+    inner = ra.compute((Hs,), lambda i: ra.tanh(ra.sum(U[i, k] * kids[k], k) + ra.sum(Wx[i, f2] * x[n, f2], f2)),
+                       name="inner_h")
+    program = ra.rec_compute(ra.Tree(2), {h: (leaf, inner)})
+    rng = np.random.default_rng(1)
+    weights = {"Wx": rng.standard_normal((Hs, Fs)).astype(np.float32) * 0.3,
+               "U": rng.standard_normal((Hs, Hs)).astype(np.float32) * 0.3}
+    compiled = ct.compile(program, weights=weights)
+    X = rows_for(TREES[:3], Fs, seed=5)
+    out = compiled(TREES[:3], features=X)
+
+    rows = iter(X.astype(np.float64))
+    def node_h(t):
+        kids = [node_h(c) for c in t.children or ()]
+        row = next(rows)                       # post-order: a node's row after its children's
+        if not kids:
+            return np.tanh(weights["Wx"] @ row)
+        return np.tanh(weights["U"] @ (kids[0] + kids[1]) + weights["Wx"] @ row)
+    close(out, np.stack([node_h(t) for t in TREES[:3]]))
+
+
+def test_signature_ir_and_schedule(compiled, kernels):
+    model, _ = compiled["treelstm"]
+    sig = model.lower().signature
+    params = {p.name: p for p in sig.params()}
+    assert params["x"].role == "node_features" and params["x"].shape == ("num_slots", F)
+    assert "word" not in params and "emb" not in params
+    assert [p.name for p in sig.params()][:2] == ["x", "children"]
+    # the leaves read x at their own slot: an affine read, no gather through a word
+    text = model.lower(specialize_leaves=True).func.script()
+    assert "x[level_offsets[0] +" in text and "word" not in text
+    # nothing that reads features can be a table computed once
+    rs = RecSchedule(model.lower(specialize_leaves=True))
+    with pytest.raises(ScheduleError, match="per-node features"):
+        rs.hoist()
+    assert kernels["treelstm"].plan.hoisted == ()
+    # the kernel keeps the caller's width (no padding of the features) and pads H as usual
+    assert kernels["treelstm"].signature.node_features == (("x", F, "float32"),)
+    assert KernelSignature.from_json(sig.to_json()) == sig
+
+
+def test_export_and_load_keep_features(compiled, kernels, tmp_path):
+    _, trees = compiled["treefc"]
+    X = rows_for(trees, H, seed=2)
+    path = kernels["treefc"].export(tmp_path / "fc")
+    loaded = ct.load(path)
+    np.testing.assert_array_equal(loaded(trees, features=X), kernels["treefc"](trees, features=X))
+
+
+def test_bad_features_are_named(compiled, kernels):
+    _, trees = compiled["treelstm"]
+    run = kernels["treelstm"]
+    X = rows_for(trees, F)
+    with pytest.raises(ValueError, match="per-node features.*features="):
+        run(trees)
+    with pytest.raises(TypeError, match="float64, expected float32"):
+        run(trees, features=X.astype(np.float64))
+    with pytest.raises(ValueError, match=r"expected \(nodes, 20\)"):
+        run(trees, features=X[:, :5])
+    with pytest.raises(ValueError, match="rows for a batch of"):
+        run(trees, features=X[:-1])
+    Y = X.copy()
+    Y[4, 2] = np.nan
+    with pytest.raises(ValueError, match="node 4 has a feature that is not finite"):
+        run(trees, features=Y)
+    lin = run.linearize(trees, X)
+    from dataclasses import replace
+    with pytest.raises(ValueError, match="lin.features must be"):
+        run.run(replace(lin, features=lin.features[:-1]))
+    with pytest.raises(ValueError, match="reads no per-node features"):
+        M.TreeFC(8, 50).compile()(TREES[:2], features=X)
+
+
+def test_constructor_and_training_errors():
+    with pytest.raises(ValueError, match="leave vocab_size out"):
+        M.TreeLSTM(8, 100, inputs="features")
+    with pytest.raises(ValueError, match="vocab_size is required"):
+        M.TreeLSTM(8)
+    with pytest.raises(ValueError, match="inputs must be one of"):
+        M.TreeLSTM(8, 100, inputs="pixels")
+    with pytest.raises(ValueError, match="training=True.*per-node features"):
+        M.TreeFC(8, inputs="features").compile(training=True)
+    with pytest.raises(ValueError, match="size must be a positive int"):
+        ra.node_features("x", 0)
+
+
+def test_molecule_example_matches_its_float64_reference():
+    """examples/dag_rnn_molecules.py: atom features on DAGs (rings share an atom) vs float64 numpy."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "dag_rnn_molecules.py"
+    spec = importlib.util.spec_from_file_location("dag_rnn_molecules", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    result = example.main(["--molecules", "8", "--hidden", "16", "--batch", "4"])
+    assert result["max_abs_err"] <= example.TOLERANCE and result["shared"] == 8
