@@ -215,3 +215,20 @@ def test_molecule_example_matches_its_float64_reference():
     spec.loader.exec_module(example)
     result = example.main(["--molecules", "8", "--hidden", "16", "--batch", "4"])
     assert result["max_abs_err"] <= example.TOLERANCE and result["shared"] == 8
+
+
+def test_relax_vm_and_torch_module_take_features(compiled, kernels):
+    import tvm
+    from tvm import relax
+    model, trees = compiled["treelstm"]
+    X = rows_for(trees, F, seed=7)
+    ref = reference64(model, trees, features=X)
+    mod, make_inputs = model.as_relax()
+    params = [p.name for p in mod["main"].params]
+    assert params[0] == "x" and "word" not in params
+    vm = relax.VirtualMachine(tvm.compile(mod, target="llvm", tir_pipeline=ct.TIR_PIPELINE), tvm.cpu())
+    close(vm["main"](*make_inputs(trees, features=X)).numpy(), ref)
+    torch = pytest.importorskip("torch")
+    with pytest.warns(UserWarning, match="inference only"):
+        module = kernels["treelstm"].as_torch()
+    close(module(trees, features=torch.from_numpy(X)).numpy(), ref)

@@ -136,16 +136,19 @@ class RecursiveCall:
         axes = list(range(1, 1 + len(kernel_shape)))
         return bb.emit(relax.op.strided_slice(roots, axes, [0] * len(axes), list(self.visible_shape)))
 
-    def linearize(self, trees):
-        return self.signature.layout(trees, self.plan.node_tile, self.plan.dynamic_batching, self.model.vocab_bound)
+    def linearize(self, trees, features=None):
+        return self.signature.layout(trees, self.plan.node_tile, self.plan.dynamic_batching, self.model.vocab_bound,
+                                     features=features)
 
-    def make_inputs(self, trees, device=None) -> list:
-        """The arguments of the structure parameters (`self.params`) for a batch of trees."""
+    def make_inputs(self, trees, device=None, features=None) -> list:
+        """The arguments of the structure parameters (`self.params`) for a batch of trees (and its
+        per-node feature rows, for a model that reads them: see `CompiledModel.__call__`)."""
         device = tvm.cpu() if device is None else device
-        lin = self.linearize(trees)
+        lin = self.linearize(trees, features)
 
-        def tensor(a):
-            return tvm.runtime.tensor(np.ascontiguousarray(a, dtype=np.int32), device)
+        def tensor(a):            # index arrays as int32; feature rows keep their float32
+            return tvm.runtime.tensor(np.ascontiguousarray(a, dtype=np.int32 if a.dtype.kind in "iu" else None),
+                                      device)
         *args, max_level_size = self.signature.structure_args(lin, tensor)
         return args + [tvm.runtime.ShapeTuple([max_level_size])]
 

@@ -125,7 +125,11 @@ def _module_class():
                 self.transform_seconds = self.compiled.transform_seconds
                 self._seen = versions
 
-        def forward(self, trees, all_nodes: bool = False):
+        def forward(self, trees, all_nodes: bool = False, features=None):
+            if features is not None:     # per-node inputs (inputs="features"): inference only
+                if all_nodes:
+                    return [to_torch(s) for s in self.compiled(trees, all_nodes=True, features=features)]
+                return to_torch(self.compiled(trees, features=features))
             if self.trainable:
                 self._sync()
                 if torch.is_grad_enabled():
