@@ -232,3 +232,47 @@ def test_relax_vm_and_torch_module_take_features(compiled, kernels):
     with pytest.warns(UserWarning, match="inference only"):
         module = kernels["treelstm"].as_torch()
     close(module(trees, features=torch.from_numpy(X)).numpy(), ref)
+
+
+@ct.recursive
+def featured_rnn(node, p):
+    x = p.Wx @ node.features + p.b
+    if node.is_leaf:
+        return ct.tanh(x)
+    return ct.tanh(p.U @ (featured_rnn(node.children[0], p) + featured_rnn(node.children[1], p)) + x)
+
+
+def test_traced_cell_reads_node_features():
+    Hs, Fs = 16, 24
+    rng = np.random.default_rng(4)
+    weights = {"Wx": (rng.standard_normal((Hs, Fs)) * 0.2).astype(np.float32),
+               "b": rng.standard_normal(Hs).astype(np.float32),
+               "U": (rng.standard_normal((Hs, Hs)) * 0.2).astype(np.float32)}
+    trees = TREES[:4]
+    X = rows_for(trees, Fs, seed=6)
+    compiled = ct.compile(featured_rnn, weights=weights, features=Fs)
+    assert compiled.signature.node_features == (("features", Fs, "float32"),)
+    w = {k: v.astype(np.float64) for k, v in weights.items()}
+    rows = iter(X.astype(np.float64))
+
+    def node_h(t):                                  # post-order: children's rows come first
+        kids = [node_h(c) for c in t.children or ()]
+        x = w["Wx"] @ next(rows) + w["b"]
+        return np.tanh(x) if not kids else np.tanh(w["U"] @ (kids[0] + kids[1]) + x)
+    ref = np.stack([node_h(t) for t in trees])
+    close(compiled(trees, features=X), ref)
+    model = ct.frontend.TracedModel(featured_rnn, weights, 2, features=Fs)
+    close(model.reference(trees, features=X), ref)
+    assert "features[n, e]" in ct.frontend.ra_text(model.program)
+    with pytest.raises(ValueError, match=r"give their width: ct.compile\(cell, weights=..., features=F\)"):
+        ct.compile(featured_rnn, weights=weights)
+    with pytest.raises(ValueError, match="never reads node.features"):
+        ct.compile(TREE_FC_CELL, weights={"emb": np.ones((5, 4), np.float32), "W": np.eye(4, dtype=np.float32),
+                                           "b": np.zeros(4, np.float32)}, features=4)
+
+
+@ct.recursive
+def TREE_FC_CELL(node, p):
+    if node.is_leaf:
+        return p.emb[node.word]
+    return ct.tanh(p.W @ (TREE_FC_CELL(node.children[0], p) + TREE_FC_CELL(node.children[1], p)) + p.b)

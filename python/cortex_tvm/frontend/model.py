@@ -27,8 +27,8 @@ class TracedModel(Model):
         rs = ct.RecSchedule(model.lower())             # schedule it by hand like any model
     """
 
-    def __init__(self, fn: Recursive, weights: dict, max_children: int = 2):
-        check_sizes(max_children=max_children)
+    def __init__(self, fn: Recursive, weights: dict, max_children: int = 2, features: int | None = None):
+        check_sizes(max_children=max_children, **({} if features is None else {"features": features}))
         if not hasattr(weights, "items"):
             raise TypeError(f"weights: expected a dict of name -> array, got {type(weights).__name__}")
         shapes = {}
@@ -40,11 +40,18 @@ class TracedModel(Model):
                 raise ValueError(f"weights: {name!r} has shape {shapes[name]}; a weight is a vector (a bias) "
                                  "or a matrix (for @, or an embedding table)")
         self.fn, self._max_children, self._shapes = fn, int(max_children), shapes
-        self.trace = trace(fn, shapes, self._max_children)
+        #: the width of `node.features` (given with each batch), None when the cell reads none
+        self.feature_size = None if features is None else int(features)
+        self.trace = trace(fn, shapes, self._max_children, self.feature_size)
+        if self.feature_size is not None and to_ra.features_read(self.trace) is None:
+            raise ValueError(f"features={features}: {self.trace.name} never reads node.features")
         tables = to_ra.tables_read(self.trace)
+        if tables and self.feature_size is not None:
+            raise ValueError(f"{self.trace.name} reads both node.features and p.<table>[node.word]: one "
+                             "input per node is supported (concatenate the features)")
         self.vocab_size = min(s[0] for s in tables.values()) if tables else None
         self.hidden_size = self.trace.state_shapes[0][0]
-        self.embed_size = next(iter(tables.values()))[1] if tables else self.hidden_size
+        self.embed_size = next(iter(tables.values()))[1] if tables else self.feature_size or self.hidden_size
         #: inner nodes may carry words (`Model.no_word` marks those without)
         self.reads_inner_words = to_ra.reads_inner_words(self.trace)
         #: how each weight axis scales with the sizes, when the function traces consistently at
@@ -61,6 +68,16 @@ class TracedModel(Model):
     @property
     def max_children(self) -> int:
         return self._max_children
+
+    @property
+    def fixed_sizes(self) -> tuple:
+        """Sizes `padding` leaves alone: the width of the features the caller gives."""
+        return ("embed_size",) if self.feature_size is not None else ()
+
+    @property
+    def no_word(self):
+        # a cell fed features reads no words: any node may carry one
+        return 0 if self.feature_size is not None else super().no_word
 
     def weight_shapes(self) -> dict:
         """The given weights' shapes, or, for a copy at other sizes (`padding`), those sizes'."""
@@ -84,7 +101,7 @@ class TracedModel(Model):
         shapes = self.weight_shapes()
         key = self._key(shapes)
         if key not in self._traces:
-            self._traces[key] = trace(self.fn, shapes, self._max_children)
+            self._traces[key] = trace(self.fn, shapes, self._max_children, self.feature_size)
         return self._traces[key]
 
     def _shapes_at(self, sizes: dict) -> dict:
@@ -106,9 +123,12 @@ class TracedModel(Model):
             axes[name] = tuple(None if (name in tables and d == 0) else ("hidden_size", n // H) if n % H == 0
                                else ("embed_size", n // E) if n % E == 0 else None for d, n in enumerate(shape))
         self._axes = axes
-        for sizes in ({"hidden_size": H + 1, "embed_size": E}, {"hidden_size": H, "embed_size": E + 1}):
+        steps = [{"hidden_size": H + 1, "embed_size": E}]
+        if self.feature_size is None:           # the caller's feature width never moves
+            steps.append({"hidden_size": H, "embed_size": E + 1})
+        for sizes in steps:
             try:
-                moved = trace(self.fn, self._shapes_at(sizes), self._max_children)
+                moved = trace(self.fn, self._shapes_at(sizes), self._max_children, self.feature_size)
             except (TypeError, ValueError):
                 return None
             if any(d != sizes["hidden_size"] for shape in moved.state_shapes for d in shape):
@@ -117,7 +137,8 @@ class TracedModel(Model):
 
 
 def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tuning_log=None,  # noqa: A001
-            max_unroll_depth: int | None = None, precision: str = "fp32", training: bool = False):
+            max_unroll_depth: int | None = None, precision: str = "fp32", training: bool = False,
+            features: int | None = None):
     """Trace a `@ct.recursive` function and compile it; the result is called on a list of trees.
 
     weights: name -> numpy array or torch tensor (float32), read in the function as p.<name>.
@@ -126,7 +147,9 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
     derived from the traced program and the target).  max_unroll_depth: CORTEX's recursive unrolling
     (`RecSchedule.unroll_recursion`): each node computed in one step with its descendants
     this many levels down, on one thread; None lets the schedule choose (it does not unroll).
-    precision: "fp32" or "bf16", training: generate the backward pass (as `Model.compile`).  Returns a `CompiledModel`: numpy (B, H), the
+    precision: "fp32" or "bf16", training: generate the backward pass (as `Model.compile`).
+    features: the width F of `node.features`, for a cell that reads a feature vector per node
+    (called as `compiled(trees, features=X)`, X (nodes, F) float32, see `CompiledModel.__call__`).  Returns a `CompiledModel`: numpy (B, H), the
     first state at each root.  Errors in the function raise TypeError/ValueError
     naming its line.
 
@@ -148,6 +171,6 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
         return ProgramModel(fn, weights).compile(target=target, schedule=schedule, tuning_log=tuning_log,
                                                  max_unroll_depth=max_unroll_depth, precision=precision,
                                                  training=training)
-    return TracedModel(fn, weights, max_children).compile(target=target, schedule=schedule, tuning_log=tuning_log,
+    return TracedModel(fn, weights, max_children, features).compile(target=target, schedule=schedule, tuning_log=tuning_log,
                                                           max_unroll_depth=max_unroll_depth, precision=precision,
                                                           training=training)

@@ -60,6 +60,8 @@ class _Level:
                 return self.w[t.attrs["name"]][words]
             present = words != self.no_word
             return self.w[t.attrs["name"]][np.where(present, words, 0)] * present[:, None]
+        if op == "features":
+            return self.lin.features[self.rows]
         if op == "child":
             return self.all_states[t.attrs["state"]][self.lin.children[self.rows, t.attrs["j"]]]
         if op == "unary":

@@ -52,6 +52,8 @@ class _Symbols(dict):
             symbol = _Symbol(key.name, (1,), "int32")
         elif isinstance(key, ra.RecState):
             symbol = _Symbol(key.name, (1,) + key.shape, key.dtype)
+        elif isinstance(key, ra.NodeFeatures):
+            symbol = _Symbol(key.name, (1, key.size), key.dtype)
         else:
             symbol = _Symbol(key.name, key.shape, key.dtype)
         self[key] = symbol

@@ -9,6 +9,7 @@ it, `float(x)`, a numpy or math function) raises a TypeError naming the line.
 Kinds of node (`op`):
   weight  p.<name> (1-D: a vector read elementwise; 2-D: a matrix for `@`)
   embed   p.<name>[node.word], a row of a 2-D weight
+  features  node.features, the node's row of the per-node features given with each batch
   child   state `state` of child `j` (zeros for a missing child)
   unary   sigmoid, tanh, relu, exp, neg
   binary  + - * / between tensors of one shape, or a tensor and a Python number

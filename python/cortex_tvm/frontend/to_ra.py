@@ -31,7 +31,7 @@ from .tensor import Tensor
 
 STATE_NAMES = ("h", "c")
 #: names the lowered PrimFunc already uses for its parameters
-RESERVED = {"word", "children", "num_children", "level_offsets", "roots", "max_level_size", "out"}
+RESERVED = {"word", "features", "children", "num_children", "level_offsets", "roots", "max_level_size", "out"}
 
 
 def state_name(i: int) -> str:
@@ -42,17 +42,24 @@ def _args(t: Tensor):
     return [a for a in t.args if isinstance(a, Tensor)]
 
 
-def _embeds(roots):
-    """The embedding reads (`p.<table>[node.word]`) in the expression graphs under `roots`."""
+def _embeds(roots, op: str = "embed"):
+    """The embedding reads (`p.<table>[node.word]`; `op="features"`: the `node.features` reads) in
+    the expression graphs under `roots`."""
     stack, seen = list(roots), set()
     while stack:
         t = stack.pop()
         if id(t) in seen:
             continue
         seen.add(id(t))
-        if t.op == "embed":
+        if t.op == op:
             yield t
         stack.extend(_args(t))
+
+
+def features_read(trace):
+    """The width of `node.features` where the cell reads it, else None."""
+    read = next(_embeds([*trace.leaf.states, *trace.inner.states], "features"), None)
+    return None if read is None else read.size
 
 
 def tables_read(trace) -> dict:
@@ -85,6 +92,8 @@ class _Env:
         # optional: inner nodes may lack a word, and the linearizer marks those
         self.word = ra.node_input("word", bound=min(s[0] for s in tables.values()),
                                   optional=reads_inner_words(trace)) if tables else None
+        width = features_read(trace)
+        self.features = ra.node_features("features", width) if width is not None else None
         self.states = [ra.rec_placeholder(state_name(i), shape) for i, shape in enumerate(trace.state_shapes)]
         self.taken = set(self.weights) | {s.name for s in self.states} | RESERVED
 
@@ -165,7 +174,7 @@ class _Stage:
 
     def _direct(self, t) -> bool:
         """Read as is by a reduction: a child state, an embedding row, a 1-D weight, a stage."""
-        return t.op in ("child", "embed", "weight") or id(t) in self.stages
+        return t.op in ("child", "embed", "features", "weight") or id(t) in self.stages
 
     def _input_name(self, t) -> str:
         if self.stage == "internal" and _is_child_sum(t):
@@ -218,6 +227,8 @@ class _Stage:
                 return table[env.word[env.n], r]
             row = table[env.word.index(env.n), r]       # index: in range where the marker is stored
             return row if self.stage == "leaf" else ra.if_then_else(env.word.present(env.n), row, ra.zero())
+        if op == "features":
+            return env.features[env.n, r]
         if op == "child":
             return env.states[t.attrs["state"]][ra.child(env.n, t.attrs["j"]), r]
         if op == "unary":
@@ -266,7 +277,7 @@ class _Stage:
         return self._reduce_part(weight, 0, x, r)
 
     def _reduce_part(self, weight, offset, x, r):
-        k = ra.reduce_axis(x.size, "e" if x.op == "embed" else "k")
+        k = ra.reduce_axis(x.size, "e" if x.op in ("embed", "features") else "k")
         column = k if offset == 0 else offset + k
         return ra.sum(weight[r, column] * self._read(x, k), k)
 

@@ -125,7 +125,7 @@ class Children:
 
 
 class NodeProxy:
-    """The node a traced cell sees: `is_leaf`, `word`, `children`."""
+    """The node a traced cell sees: `is_leaf`, `word`, `features`, `children`."""
 
     def __init__(self, ctx):
         self._ctx = ctx
@@ -142,14 +142,23 @@ class NodeProxy:
         return Word()
 
     @property
+    def features(self) -> Tensor:
+        """The node's feature vector, given with each batch (`compiled(trees, features=X)`), of the
+        width passed as `ct.compile(..., features=F)`; read at leaves and inner nodes alike."""
+        if self._ctx.feature_size is None:
+            raise value_error("node.features: the cell reads per-node features, so give their width: "
+                              "ct.compile(cell, weights=..., features=F)")
+        return Tensor("features", (), (self._ctx.feature_size,))
+
+    @property
     def children(self) -> Children:
         return Children(self._ctx)
 
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        raise UnsupportedAttribute(f"node.{name} cannot be traced; a node offers is_leaf, word and "
-                                   f"children ({caller()})")
+        raise UnsupportedAttribute(f"node.{name} cannot be traced; a node offers is_leaf, word, features "
+                                   f"and children ({caller()})")
 
 
 class Params:
@@ -200,6 +209,7 @@ class _Context:
     max_children: int
     params: Params
     template: Case | None = None
+    feature_size: int | None = None
 
     def child_states(self, j):
         states = tuple(Tensor("child", (), s.shape, j=j, state=i) for i, s in enumerate(self.template.states))
@@ -240,15 +250,17 @@ def _case(name, result, where, which) -> Case:
     return Case(tuple(states), single, where)
 
 
-def trace(recursive: Recursive, weight_shapes: dict, max_children: int) -> Trace:
-    """Trace both cases of `recursive`; TypeError/ValueError naming the user's line if it cannot be."""
+def trace(recursive: Recursive, weight_shapes: dict, max_children: int, feature_size: int | None = None) -> Trace:
+    """Trace both cases of `recursive` (`node.features` of `feature_size`); TypeError/ValueError
+    naming the user's line if it cannot be."""
     if not isinstance(recursive, Recursive):
         raise TypeError(f"expected a function decorated with @ct.recursive, got {type(recursive).__name__}")
     name, used, cases = recursive.__name__, set(), {}
     previous, previous_code = _active.ctx, _cell.code
     try:
         for which, leaf in (("leaf", True), ("inner", False)):
-            ctx = _Context(recursive, leaf, max_children, Params(weight_shapes, used), cases.get("leaf"))
+            ctx = _Context(recursive, leaf, max_children, Params(weight_shapes, used), cases.get("leaf"),
+                           feature_size)
             _active.ctx, _cell.code = ctx, getattr(recursive.fn, "__code__", None)
             result, where = _call(recursive.fn, NodeProxy(ctx), ctx.params)
             cases[which] = _case(name, result, where, which)
