@@ -283,18 +283,17 @@ class WordModel(Model):
         return ra.compute((self.embed_size,), lambda e: ra.if_then_else(present(n), x(e), ra.zero()), name=name)
 
     def input_rows(self, lin, start=None, end=None) -> np.ndarray:
-        """x at slots [start, end) for the numpy executors: the batch's feature rows, or the words'
-        embedding rows (0 where a node has no word, and at inner nodes of a model that reads
-        words at leaves only)."""
+        """x at slots [start, end) for the numpy executors, as the kernel reads it there: the
+        batch's feature rows, or the words' embedding rows (0 where a node of a model that reads
+        inner words has none)."""
         rows = slice(start, end)
         if self.inputs == "features":
             if lin.features is None:
                 raise ValueError(f"{type(self).__name__}(inputs='features'): the batch has no features "
                                  "(linearize(trees, features=X))")
-            x = lin.features[rows]
-            if not self.reads_inner_words:
-                x = x * (lin.num_children[rows] == 0)[:, None]
-            return x
+            return lin.features[rows]
         words = lin.words[rows]
-        present = lin.num_children[rows] == 0 if self.no_word is None else words != self.no_word
+        if self.no_word is None:
+            return self.weights["emb"][words]
+        present = words != self.no_word
         return self.weights["emb"][np.where(present, words, 0)] * present[:, None]

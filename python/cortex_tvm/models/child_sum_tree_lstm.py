@@ -102,7 +102,9 @@ class ChildSumTreeLSTM(WordModel):
         h, c = zero_states(lin, H, 2)
         lo = lin.level_offsets
         bias = w["b_iou"] + w["bU_iou"]
-        x = self.input_rows(lin)          # x = 0 without a word, and at inner nodes without inner_words
+        x = self.input_rows(lin)          # x = 0 where a node has no word
+        if not self.reads_inner_words:    # inner nodes read x = 0 (their slots hold word 0)
+            x = x * (lin.num_children == 0)[:, None]
         g = x[lo[0]:lo[1]] @ w["W_iou"].T + bias
         h[lo[0]:lo[1]], c[lo[0]:lo[1]] = lstm_cell(g[:, :H], g[:, H:2 * H], g[:, 2 * H:])
         for start, end in zip(lo[1:-1], lo[2:]):
