@@ -1,4 +1,5 @@
-"""docs/guide.md's python blocks run, in order, as one script; docs/api.md is what the generator prints now."""
+"""docs/guide.md's python blocks run, in order, as one script (every other docs/*.md's too, a script
+per file); docs/api.md is what the generator prints now."""
 import pathlib
 import re
 
@@ -16,6 +17,20 @@ def test_every_python_block_of_the_guide_runs(tmp_path, monkeypatch):
     # the blocks check themselves against references; these hold what the last ones made
     assert scope["served"].recipe_name == scope["compiled"].recipe_name
     assert scope["message"] and scope["best"] is not None
+
+
+def test_every_python_block_of_the_other_docs_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ran = []
+    for doc in sorted(GUIDE.parent.glob("*.md")):
+        if doc == GUIDE:
+            continue
+        blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)
+        scope = {"__name__": doc.stem}
+        for i, block in enumerate(blocks):
+            exec(compile(block, f"docs/{doc.name}, python block {i + 1}", "exec"), scope)
+        ran += [doc.name] * len(blocks)
+    assert "training.md" in ran
 
 
 def test_the_api_reference_is_current_and_names_the_public_api():
