@@ -150,7 +150,8 @@ def write_case(path, model, name, trees, batch, batches, train=False, features=N
     nodes = sum(len(data.dag_postorder(t)) for g in groups for t in g) / len(groups)
     np.savez(path, model=np.array(name), hidden=np.array(model.hidden_size), batch=np.array(batch),
              tree_index=index, flops=np.array(flops), **arrays, **{"w_" + k: v for k, v in weights.items()})
-    refs = [reference64(model, g, features=None if rows is None else rows[k]) for k, g in enumerate(groups)]
+    refs = [reference64(model, g) if rows is None else reference64(model, g, features=rows[k])
+            for k, g in enumerate(groups)]
     return float(np.mean(flops)), nodes, np.stack(refs)
 
 
