@@ -144,19 +144,19 @@ def test_signature_ir_and_schedule(compiled, kernels):
     model, _ = compiled["treelstm"]
     sig = model.lower().signature
     params = {p.name: p for p in sig.params()}
-    assert params["x"].role == "node_features" and params["x"].shape == ("num_slots", F)
+    assert params["features"].role == "node_features" and params["features"].shape == ("num_slots", F)
     assert "word" not in params and "emb" not in params
-    assert [p.name for p in sig.params()][:2] == ["x", "children"]
+    assert [p.name for p in sig.params()][:2] == ["features", "children"]
     # the leaves read x at their own slot: an affine read, no gather through a word
     text = model.lower(specialize_leaves=True).func.script()
-    assert "x[level_offsets[0] +" in text and "word" not in text
+    assert "features[level_offsets[0] +" in text and "word" not in text
     # nothing that reads features can be a table computed once
     rs = RecSchedule(model.lower(specialize_leaves=True))
     with pytest.raises(ScheduleError, match="per-node features"):
         rs.hoist()
     assert kernels["treelstm"].plan.hoisted == ()
     # the kernel keeps the caller's width (no padding of the features) and pads H as usual
-    assert kernels["treelstm"].signature.node_features == (("x", F, "float32"),)
+    assert kernels["treelstm"].signature.node_features == (("features", F, "float32"),)
     assert KernelSignature.from_json(sig.to_json()) == sig
 
 
@@ -192,15 +192,13 @@ def test_bad_features_are_named(compiled, kernels):
         M.TreeFC(8, 50).compile()(TREES[:2], features=X)
 
 
-def test_constructor_and_training_errors():
+def test_constructor_errors():
     with pytest.raises(ValueError, match="leave vocab_size out"):
         M.TreeLSTM(8, 100, inputs="features")
     with pytest.raises(ValueError, match="vocab_size is required"):
         M.TreeLSTM(8)
     with pytest.raises(ValueError, match="inputs must be one of"):
         M.TreeLSTM(8, 100, inputs="pixels")
-    with pytest.raises(ValueError, match="training=True.*per-node features"):
-        M.TreeFC(8, inputs="features").compile(training=True)
     with pytest.raises(ValueError, match="size must be a positive int"):
         ra.node_features("x", 0)
 
@@ -225,7 +223,7 @@ def test_relax_vm_and_torch_module_take_features(compiled, kernels):
     ref = reference64(model, trees, features=X)
     mod, make_inputs = model.as_relax()
     params = [p.name for p in mod["main"].params]
-    assert params[0] == "x" and "word" not in params
+    assert params[0] == "features" and "word" not in params
     vm = relax.VirtualMachine(tvm.compile(mod, target="llvm", tir_pipeline=ct.TIR_PIPELINE), tvm.cpu())
     close(vm["main"](*make_inputs(trees, features=X)).numpy(), ref)
     torch = pytest.importorskip("torch")
@@ -276,3 +274,69 @@ def TREE_FC_CELL(node, p):
     if node.is_leaf:
         return p.emb[node.word]
     return ct.tanh(p.W @ (TREE_FC_CELL(node.children[0], p) + TREE_FC_CELL(node.children[1], p)) + p.b)
+
+
+def _loss64(model, trees, X, R, weights=None):
+    probe = ct.models.TreeLSTM(model.hidden_size, inputs="features", embed_size=model.embed_size)
+    probe.load_weights(weights or model.weights)
+    return float((reference64(probe, trees, features=X) * R).sum())
+
+
+def test_training_gradients_of_weights_and_features_match_central_differences():
+    """vjp of a model fed features: every weight's gradient and the features' own (what an encoder
+    that made them backpropagates), against float64 central differences of reference64."""
+    Hs, Fs, trees = 8, 6, TREES[:3]
+    model = ct.models.TreeLSTM(Hs, inputs="features", embed_size=Fs)
+    X = rows_for(trees, Fs, seed=8)
+    compiled = model.compile(training=True)
+    out, vjp = compiled.vjp(trees, features=X)
+    close(out, reference64(model, trees, features=X))
+    R = np.random.default_rng(9).standard_normal(out.shape)
+    grads = vjp(R.astype(np.float32))
+    assert sorted(grads) == ["U", "W", "bU", "bW", "features"] and grads["features"].shape == X.shape
+    eps, rng = 1e-4, np.random.default_rng(10)
+    X64 = X.astype(np.float64)
+    for _ in range(12):                                 # the features' gradient, sampled entries
+        i, j = rng.integers(len(X)), rng.integers(Fs)
+        up, down = X64.copy(), X64.copy()
+        up[i, j] += eps
+        down[i, j] -= eps
+        want = (_loss64(model, trees, up, R) - _loss64(model, trees, down, R)) / (2 * eps)
+        assert abs(grads["features"][i, j] - want) <= 1e-4 * max(1.0, np.abs(grads["features"]).max()), (i, j)
+    for name in ("W", "U", "bW"):                      # the weights', sampled entries
+        for _ in range(4):
+            index = tuple(rng.integers(d) for d in model.weights[name].shape)
+            moved = []
+            for sign in (1, -1):
+                w = {k: v.astype(np.float64) for k, v in model.weights.items()}
+                w[name][index] += sign * eps
+                moved.append(_loss64(model, trees, X64, R, {k: v.astype(np.float32) for k, v in w.items()}))
+            want = (moved[0] - moved[1]) / (2 * eps)
+            # float32 weights moved by 1e-4: the difference itself carries ~1e-3 relative error
+            assert abs(grads[name][index] - want) <= 2e-3 * max(1.0, np.abs(grads[name]).max()), (name, index)
+    # parent arrays: the features' gradient in the caller's node order
+    parents, perm = _preorder_forest(trees)
+    _, vjp_arrays = compiled.vjp(parents=parents, features=X[perm])
+    by_arrays = vjp_arrays(R[::-1].astype(np.float32))
+    close(by_arrays["features"], grads["features"][perm], 1e-5)
+    close(by_arrays["U"], grads["U"], 1e-5)
+
+
+def test_torch_module_backpropagates_into_the_encoder_that_made_the_features():
+    """as_torch() of a model fed features: loss.backward() fills the weights' .grad and the
+    features' own, so an encoder in front (here a Linear layer) trains through the tree model."""
+    torch = pytest.importorskip("torch")
+    Hs, Fs, trees = 8, 6, TREES[:3]
+    model = ct.models.TreeLSTM(Hs, inputs="features", embed_size=Fs)
+    module = model.compile(training=True).as_torch()
+    tokens = torch.from_numpy(rows_for(trees, 5, seed=11))
+    encoder = torch.nn.Linear(5, Fs)
+    X = encoder(tokens)
+    loss = (module(trees, features=X) ** 2).sum()
+    loss.backward()
+    assert encoder.weight.grad is not None and module.U.grad is not None
+    # the same gradients from vjp: d loss / d X, pulled through the encoder by hand
+    out, vjp = module.compiled.vjp(trees, features=X.detach().numpy())
+    grads = vjp(2 * out)
+    close(encoder.weight.grad.numpy(), grads["features"].T @ tokens.numpy(), 1e-5)
+    close(module.U.grad.numpy(), grads["U"], 1e-5)

@@ -77,7 +77,13 @@ class Adjoint:
         #: the level pass compiled (`adjoint_kernel.LevelPass`), or None: the numpy one runs;
         #: `level_pass_note` says why not
         self.level_pass, self.level_pass_note = None, "no target given"
-        if target is not None:
+        #: the per-node feature input the program reads (`ra.node_features`), or None: its adjoint
+        #: is a gradient of the batch's features, one row per node (`vjp(..., d_features=)`)
+        self.features = next((k for s in self.stages.values() for k in s.placeholder_of.values()
+                              if isinstance(k, ra.NodeFeatures)), None)
+        if self.features is not None:
+            self.level_pass_note = "the compiled level pass does not read per-node features; the numpy one runs"
+        elif target is not None:
             try:
                 self.level_pass = LevelPass(lowered, self.stages, program, target)
                 self.level_pass_note = None
@@ -114,7 +120,9 @@ class Adjoint:
         return whole
 
     def vjp(self, lin, states: list, weights: dict, d_states: list, forwarded=None) -> dict:
-        """Gradients of sum(d_states * states) with respect to every weight the program reads.
+        """Gradients of sum(d_states * states) with respect to every weight the program reads
+        (and, for a program that reads per-node features, to lin.features: (num_slots, F) rows
+        under the feature input's name).
 
         lin: from `self.linearize`; states: each state's (num_slots, *shape) float32 rows, as
         the forward computed them; d_states: the loss's adjoint of each state's rows (slot 0,
@@ -134,6 +142,8 @@ class Adjoint:
     def _vjp(self, lin, states, weights, d_states, forwarded=None):
         d_states = [np.array(d, np.float32) for d in d_states]
         grads, deferred = {}, {}
+        if self.features is not None:            # a state-like sink: each node's own row
+            grads[self.features.name] = np.zeros(lin.features.shape, np.float32)
         offsets, ranges = lin.level_offsets, _stage_ranges(lin)
         whole = {}
         if self.level_pass is None:
@@ -141,6 +151,8 @@ class Adjoint:
                 if end > start:
                     whole[name] = _Level(self.stages[name], lin, states, weights, d_states, start, end - start)
                     whole[name].recompute()
+                    if self.features is not None:
+                        whole[name].grads_of_features = grads[self.features.name]
         else:                                                 # the compiled pass has or makes the values
             whole = self._levels(lin, states, weights, d_states)
         skip = {}
@@ -201,11 +213,14 @@ class _Level:
 
     def __init__(self, stage, lin, states, weights, d_states, offset, size):
         self.stage, self.d_states, self.offset, self.size = stage, d_states, offset, size
-        self.state_index = {}
+        self.state_index, self.feature_of = {}, {}
         env = {}
         for key, obj in stage.placeholder_of.items():
             if isinstance(obj, ra.Weight):
                 env[key] = weights[obj.name]
+            elif isinstance(obj, ra.NodeFeatures):
+                self.feature_of[key] = obj
+                env[key] = lin.features
             elif isinstance(obj, ra.RecState):
                 self.state_index[key] = stage.states.index(obj)
                 env[key] = states[self.state_index[key]]
@@ -250,9 +265,11 @@ class _Level:
         if sinks == _NOT_WEIGHTS:
             for index, state in enumerate(stage.states):
                 self.adjoints[stage.output_key[state]] += self.d_states[index][offset:offset + self.size]
-            active = lambda source: source in self.values or source in self.state_index  # noqa: E731
+            active = lambda source: (source in self.values or source in self.state_index  # noqa: E731
+                                     or source in self.feature_of)
         else:
-            active = lambda source: source not in self.values and source not in self.state_index  # noqa: E731
+            active = lambda source: (source not in self.values and source not in self.state_index  # noqa: E731
+                                     and source not in self.feature_of)
         self.active = active
         for block in reversed(stage.blocks):
             if block.out in skip or not any(active(source) for source in block.body.sources):
@@ -272,6 +289,8 @@ class _Level:
             _scatter(self.adjoints[source], load, ctx, adj)
         elif source in self.state_index:                    # a child's state: its row
             _scatter(self.d_states[self.state_index[source]], load, ctx, adj, null_row=NULL_SLOT)
+        elif source in self.feature_of:                     # a node's features: its row
+            _scatter(self.grads_of_features, load, ctx, adj)
         else:
             weight = self.stage.placeholder_of[source]
             if id(load) in self.stage.invariant:

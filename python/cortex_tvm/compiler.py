@@ -108,9 +108,6 @@ def training_pass(model, target, precision, training):
     if target.kind.name != "llvm":
         raise ValueError(f"training=True: the backward pass runs on the CPU; compile for target 'llvm', "
                          f"not {target.kind.name!r}")
-    if model.lower().node_features:
-        raise ValueError("training=True: the backward does not yet differentiate programs that read per-node "
-                         "features (ra.node_features, inputs=\"features\"); compile without training=True")
     return Adjoint(model.program, model.linearize, target)
 
 

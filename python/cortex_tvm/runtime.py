@@ -352,10 +352,13 @@ class CompiledModel:
         self.transform_seconds = time.perf_counter() - start
         return self
 
-    def vjp(self, trees=_NO_TREES, all_nodes: bool = False, *, parents=None, words=None):
+    def vjp(self, trees=_NO_TREES, all_nodes: bool = False, *, parents=None, words=None, features=None):
         """The forward on `trees` and its pullback: ``out, vjp = compiled.vjp(trees)``, then
         ``grads = vjp(d_out)`` maps every weight's name to the gradient of sum(d_out * out) with
-        respect to it, in the user's sizes (the kernel's padding removed).
+        respect to it, in the user's sizes (the kernel's padding removed).  A model that reads
+        per-node features takes them as `__call__` does (features=X), and `grads` also holds
+        their gradient under the feature input's name ("features" for the zoo and traced cells),
+        (nodes, F) in X's row order: what an encoder that made X backpropagates.
 
         `out` is what `compiled(trees, all_nodes)` returns: the roots' first state (B, *shape),
         or with all_nodes=True one (nodes, *shape) array per tree, postorder; `d_out` has the
@@ -375,13 +378,15 @@ class CompiledModel:
         _one_input(trees, parents, words, "vjp: ")
         arrays = parents is not None
         # one node per slot, level by level
-        plain = (self.signature.layout_parents(parents, words, 1, True, self._vocab_bound) if arrays
-                 else self.adjoint.linearize(trees))
+        plain = (self.signature.layout_parents(parents, words, 1, True, self._vocab_bound, features=features)
+                 if arrays else self.adjoint.linearize(trees, features=features))
         forwarded = self.adjoint.forward(plain, self.training_weights)
         if forwarded is not None:       # the backward's own forward, which keeps what it needs
             saved, token = forwarded
         else:                           # the kernel's states, moved to the backward's layout
-            lin, token = self.linearize_parents(parents, words) if arrays else self.linearize(trees), None
+            lin = (self.linearize_parents(parents, words, features) if arrays
+                   else self.linearize(trees, features))
+            token = None
             _, states = self.run(lin, check=self.bounds_check)
             saved = []
             for state, shape in zip(states, self.state_shapes):
@@ -407,7 +412,10 @@ class CompiledModel:
             grads = adjoint.vjp(plain, saved, weights, d_states, forwarded=token)
             # (not grads.get(name, np.zeros_like(w)): that zeroes a copy of every weight, the
             # embedding table's megabytes included, on every call)
-            return {name: grads[name] if name in grads else np.zeros_like(w) for name, w in weights.items()}
+            out = {name: grads[name] if name in grads else np.zeros_like(w) for name, w in weights.items()}
+            if adjoint.features is not None:       # the features' rows, in the caller's order
+                out[adjoint.features.name] = grads[adjoint.features.name][plain.node_slots]
+            return out
         return out, pullback
 
     def as_torch(self):

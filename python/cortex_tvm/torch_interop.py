@@ -81,11 +81,14 @@ def _module_class():
         """The compiled forward and the generated backward as one autograd node."""
 
         @staticmethod
-        def forward(ctx, module, trees, sizes, *parameters):
+        def forward(ctx, module, trees, sizes, features, *parameters):
             """sizes: None (the roots), or a list that receives each tree's node count (all nodes,
-            concatenated: a Function returns tensors, not a list)."""
-            out, pullback = module.compiled.vjp(trees, all_nodes=sizes is not None)
-            ctx.pullback, ctx.names = pullback, module.weight_names
+            concatenated: a Function returns tensors, not a list); features: the batch's per-node
+            feature rows (a tensor, whose gradient the backward returns) or None."""
+            extra = {} if features is None else {"features": features}
+            out, pullback = module.compiled.vjp(trees, all_nodes=sizes is not None, **extra)
+            ctx.pullback, ctx.names, ctx.features = pullback, module.weight_names, features is not None
+            ctx.feature_name = module.compiled.adjoint.features.name if features is not None else None
             if sizes is None:
                 return torch.from_numpy(out)
             sizes.extend(len(rows) for rows in out)
@@ -94,7 +97,8 @@ def _module_class():
         @staticmethod
         def backward(ctx, d_out):
             grads = ctx.pullback(d_out.detach().cpu().numpy())
-            return (None, None, None, *(torch.from_numpy(grads[name]) for name in ctx.names))
+            d_features = torch.from_numpy(grads[ctx.feature_name]) if ctx.features else None
+            return (None, None, None, d_features, *(torch.from_numpy(grads[name]) for name in ctx.names))
 
     class RecursiveModule(torch.nn.Module):
         """A compiled cortex_tvm model: forward(trees) -> (len(trees), *state shape) float32 tensor
@@ -126,20 +130,20 @@ def _module_class():
                 self._seen = versions
 
         def forward(self, trees, all_nodes: bool = False, features=None):
-            if features is not None:     # per-node inputs (inputs="features"): inference only
-                if all_nodes:
-                    return [to_torch(s) for s in self.compiled(trees, all_nodes=True, features=features)]
-                return to_torch(self.compiled(trees, features=features))
+            """features: the batch's per-node feature rows for a model that reads them (a tensor,
+            (nodes, F), in the order all_nodes lists nodes); trained, its gradient flows back to
+            whatever made it (an encoder)."""
             if self.trainable:
                 self._sync()
                 if torch.is_grad_enabled():
                     sizes = [] if all_nodes else None
-                    out = RecursiveFunction.apply(self, trees, sizes, *self._parameters.values())
+                    out = RecursiveFunction.apply(self, trees, sizes, features, *self._parameters.values())
                     return list(torch.split(out, sizes)) if all_nodes else out
             # inference (or under torch.no_grad()): the kernel alone, nothing saved for a backward
+            extra = {} if features is None else {"features": features}
             if all_nodes:
-                return [to_torch(states) for states in self.compiled(trees, all_nodes=True)]
-            return to_torch(self.compiled(trees))
+                return [to_torch(states) for states in self.compiled(trees, all_nodes=True, **extra)]
+            return to_torch(self.compiled(trees, **extra))
 
         def extra_repr(self):
             c = self.compiled

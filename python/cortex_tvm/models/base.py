@@ -269,7 +269,7 @@ class WordModel(Model):
         every node; words read at leaves only, optional=False)."""
         n = ra.node()
         if self.inputs == "features":
-            x = ra.node_features("x", self.embed_size)
+            x = ra.node_features("features", self.embed_size)
             return (lambda e: x[n, e]), None
         word = ra.node_input("word", bound=self.vocab_size, optional=optional)
         emb = ra.weight("emb", (self.vocab_size, self.embed_size))
