@@ -320,6 +320,8 @@ def test_training_gradients_of_weights_and_features_match_central_differences():
     by_arrays = vjp_arrays(R[::-1].astype(np.float32))
     close(by_arrays["features"], grads["features"][perm], 1e-5)
     close(by_arrays["U"], grads["U"], 1e-5)
+    with pytest.raises(ValueError, match="per-node features.*features="):
+        compiled.vjp(trees)
 
 
 def test_torch_module_backpropagates_into_the_encoder_that_made_the_features():
