@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["slot_rows", "as_rows"]
+__all__ = ["slot_rows", "as_rows", "check_slot_rows"]
 
 
 def as_rows(features, size: int, name: str = "features") -> np.ndarray:
@@ -54,3 +54,15 @@ def slot_rows(features, lin, size: int, name: str = "features") -> np.ndarray:
     out = np.zeros((lin.num_slots, size), np.float32)
     out[lin.node_slots] = rows
     return out
+
+
+def check_slot_rows(lin, name: str, size: int, dtype: str = "float32") -> None:
+    """ValueError unless `lin.features` is the C-contiguous (num_slots, size) array a kernel reads
+    row by slot (checked before every run: a short array would be read past its end)."""
+    rows = getattr(lin, "features", None)
+    if (type(rows) is not np.ndarray or rows.dtype != np.dtype(dtype) or not rows.flags.c_contiguous
+            or rows.shape != (lin.num_slots, size)):
+        got = None if rows is None else (getattr(rows, "shape", None), getattr(rows, "dtype", None))
+        raise ValueError(f"run: this model reads per-node features {name!r}: lin.features must be a "
+                         f"C-contiguous {dtype} array ({lin.num_slots}, {size}) in slot order, got {got} "
+                         "(linearize with features= lays it out)")

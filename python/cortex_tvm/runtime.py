@@ -11,6 +11,7 @@ from . import export as _export
 from . import integrity
 from . import linearize as _linearize
 from . import torch_interop
+from .node_features import check_slot_rows
 from .plan import CHECK_FUNC, TRANSFORM_FUNC, kernel_names
 from .weights import checked_weights, pad_blocks
 
@@ -213,7 +214,7 @@ class CompiledModel:
         if check or self.bounds_check:
             self.check(lin)
         if self.signature.node_features:
-            self._check_feature_rows(lin)
+            check_slot_rows(lin, *self.signature.node_features[0])
         if self.target.kind.name == "cuda":
             return self._run_cuda(lin)
         states = self._state_buffers(lin.num_slots)
@@ -235,18 +236,6 @@ class CompiledModel:
         if status is not None:
             raise ValueError(f"run: the arrays break an invariant of the kernel (compiled check code {status}, "
                              "see check_kernel.py)")
-
-    def _check_feature_rows(self, lin) -> None:
-        """ValueError unless `lin.features` is the (num_slots, F) float32 array the kernel reads
-        row by slot (always checked: a short array would be read past its end)."""
-        name, size, dtype = self.signature.node_features[0]
-        rows = getattr(lin, "features", None)
-        if (type(rows) is not np.ndarray or rows.dtype != np.dtype(dtype) or not rows.flags.c_contiguous
-                or rows.shape != (lin.num_slots, size)):
-            raise ValueError(f"run: this model reads per-node features {name!r}: lin.features must be a "
-                             f"C-contiguous {dtype} array ({lin.num_slots}, {size}) in slot order, got "
-                             f"{None if rows is None else (getattr(rows, 'shape', None), getattr(rows, 'dtype', None))} "
-                             "(linearize with features= lays it out)")
 
     def compiled_check_status(self, lin):
         """The compiled check's answer on `lin` (`check_kernel`: 0 valid, else the code of the rule
