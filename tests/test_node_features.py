@@ -342,3 +342,16 @@ def test_torch_module_backpropagates_into_the_encoder_that_made_the_features():
     grads = vjp(2 * out)
     close(encoder.weight.grad.numpy(), grads["features"].T @ tokens.numpy(), 1e-5)
     close(module.U.grad.numpy(), grads["U"], 1e-5)
+
+
+def test_tuning_a_model_fed_features(tmp_path):
+    """The tuner times a features model on seeded rows (timing does not read their values) and
+    its record compiles back."""
+    from cortex_tvm import tune
+    model = ct.models.TreeLSTM(16, inputs="features", embed_size=24)
+    log = tmp_path / "t.jsonl"
+    best = tune.tune(model, trials=2, log=str(log), batch_size=4, max_batches=2, progress=False, confirm_rounds=1)
+    assert best is not None
+    compiled = model.compile(tuning_log=str(log))
+    X = rows_for(TREES[:3], 24, seed=12)
+    close(compiled(TREES[:3], features=X), reference64(model, TREES[:3], features=X))

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["slot_rows", "as_rows", "check_slot_rows"]
+from .data.node import dag_postorder
+
+__all__ = ["slot_rows", "as_rows", "check_slot_rows", "FeaturedBatch", "with_features", "seeded_batch"]
 
 
 def as_rows(features, size: int, name: str = "features") -> np.ndarray:
@@ -66,3 +68,30 @@ def check_slot_rows(lin, name: str, size: int, dtype: str = "float32") -> None:
         raise ValueError(f"run: this model reads per-node features {name!r}: lin.features must be a "
                          f"C-contiguous {dtype} array ({lin.num_slots}, {size}) in slot order, got {got} "
                          "(linearize with features= lays it out)")
+
+
+class FeaturedBatch(list):
+    """A batch of structures carrying its per-node feature rows (`features`, (nodes, F), in the
+    order a model takes them), where code that runs batches knows nothing of features: the
+    tuner's measurements, the bench's workers.  Call through `with_features`."""
+
+    def __init__(self, structures, features):
+        super().__init__(structures)
+        self.features = features
+
+
+def with_features(fn):
+    """fn(batch) for any batch: a FeaturedBatch's rows go in as features=, other batches as they are."""
+    def call(batch):
+        if isinstance(batch, FeaturedBatch):
+            return fn(list(batch), features=batch.features)
+        return fn(batch)
+    return call
+
+
+def seeded_batch(structures, size: int, seed: int = 0) -> FeaturedBatch:
+    """`structures` with seeded N(0, 1) float32 rows of `size` features per node (each structure in
+    `data.dag_postorder` order): timing does not depend on the values a kernel reads."""
+    count = sum(len(dag_postorder(s)) for s in structures)
+    rows = np.random.default_rng([seed, size, count]).standard_normal((count, size)).astype(np.float32)
+    return FeaturedBatch(structures, rows)

@@ -27,16 +27,11 @@ import time
 import numpy as np
 
 from .. import data
+from ..node_features import FeaturedBatch, with_features
 from ..timing import best_of
 from .cases import make_model, structures
 from .common import THREAD_VARS, per_batch_best
 from .peak import fma_peak
-
-
-class FeaturedBatch(list):
-    """A batch of structures with its per-node feature rows (`bench --features`)."""
-
-    features = None
 
 
 def load_case(path):
@@ -55,17 +50,9 @@ def load_case(path):
     batches = [chosen[k:k + size] for k in range(0, len(chosen), size)]
     if width is not None:
         offsets, rows = case["feature_offsets"], case["features"]
-        batches = [FeaturedBatch(b) for b in batches]
-        for k, b in enumerate(batches):
-            b.features = np.ascontiguousarray(rows[offsets[k]:offsets[k + 1]])
+        batches = [FeaturedBatch(b, np.ascontiguousarray(rows[offsets[k]:offsets[k + 1]]))
+                   for k, b in enumerate(batches)]
     return model, batches, case
-
-
-def _with_features(fn):
-    """fn(batch) that passes a FeaturedBatch's rows as features=."""
-    def call(batch):
-        return fn(batch) if batch.__class__ is not FeaturedBatch else fn(list(batch), features=batch.features)
-    return call
 
 
 def run_model(system, path, repeats, roots_path, mcpu=None):
@@ -82,10 +69,10 @@ def run_model(system, path, repeats, roots_path, mcpu=None):
     else:
         fn = model.reference
     roots = []
-    times = per_batch_best(_with_features(fn), batches, repeats, outputs=roots)
+    times = per_batch_best(with_features(fn), batches, repeats, outputs=roots)
     np.save(roots_path, np.stack(roots))
     if system.startswith("cortex_tvm"):        # the host-side share, for the record
-        lin = per_batch_best(_with_features(fn.linearize), batches, repeats)
+        lin = per_batch_best(with_features(fn.linearize), batches, repeats)
         extra["linearize_ms"] = float(np.mean(lin)) * 1e3
     return {"ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times], **extra}
 

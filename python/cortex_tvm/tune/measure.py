@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .. import data
+from ..node_features import seeded_batch, with_features
 from ..recipes import ROOT_TOLERANCE
 from ..timing import batches_of, best_of, in_turn
 
@@ -40,6 +41,7 @@ def tuning_batches(model, trees=None, batch_size: int = 10, max_batches: int = 1
     """Representative batches: the user's trees, or the bundled SST sample, cut in `batch_size`s.
 
     With more trees than `max_batches` batches need, batches are spread over the whole set.
+    A model that reads per-node features gets seeded rows with each batch (`seeded_batch`).
     """
     if trees is None:
         trees, _ = data.sst_sample()
@@ -52,6 +54,9 @@ def tuning_batches(model, trees=None, batch_size: int = 10, max_batches: int = 1
     if len(batches) > max_batches:
         idx = np.linspace(0, len(batches) - 1, max_batches).round().astype(int)
         batches = [batches[i] for i in idx]
+    read = model.lower().node_features
+    if read:
+        batches = [seeded_batch(b, read[0].size, seed=k) for k, b in enumerate(batches)]
     return batches
 
 
@@ -69,7 +74,7 @@ class Measurer:
     def expected(self, i: int = 0):
         """model.reference on batch i (every batch's computed once, on first use)."""
         if not self._expected:
-            self._expected.extend(self.model.reference(b) for b in self.batches)
+            self._expected.extend(with_features(self.model.reference)(b) for b in self.batches)
         return self._expected[i]
 
     def wrong_numbers(self, i: int, got, precision: str = "fp32") -> str | None:
@@ -102,7 +107,7 @@ class Measurer:
             build_s = time.perf_counter() - start
             # every batch, not only the first: a schedule can be wrong for some level sizes only
             for i, batch in enumerate(self.batches):
-                wrong = self.wrong_numbers(i, compiled(batch), compiled.precision)
+                wrong = self.wrong_numbers(i, with_features(compiled)(batch), compiled.precision)
                 if wrong:
                     return None, MeasureResult(error=wrong, build_s=build_s)
             return compiled, MeasureResult((), None, build_s, tuple(compiled.trace))
@@ -122,11 +127,12 @@ class Measurer:
                 results[point] = result
             else:
                 built[point], results[point] = compiled, result
-        for compiled in built.values():
+        runs = {point: with_features(compiled) for point, compiled in built.items()}
+        for run in runs.values():
             for _ in range(self.warmup):
-                compiled(self.batches[0])
+                run(self.batches[0])
         try:
-            times = in_turn(built, self.batches, rounds, self.repeats)
+            times = in_turn(runs, self.batches, rounds, self.repeats)
         except Exception as err:        # a failed run is a data point, not a crash
             return {**results, **{p: MeasureResult(error=_last_line(err)) for p in built}}
         for point, latencies in times.items():
@@ -136,9 +142,10 @@ class Measurer:
     def time(self, compiled) -> tuple:
         """Per-batch best of `repeats` after `warmup` calls; end-to-end per batch, like
         timing.mean_of_best: linearization included."""
+        run = with_features(compiled)
         for _ in range(self.warmup):
-            compiled(self.batches[0])
-        return tuple(best_of(compiled, b, self.repeats) for b in self.batches)
+            run(self.batches[0])
+        return tuple(best_of(run, b, self.repeats) for b in self.batches)
 
 
 def retime_by_measuring(measurer, space, points, rounds: int) -> dict:
