@@ -355,3 +355,17 @@ def test_tuning_a_model_fed_features(tmp_path):
     compiled = model.compile(tuning_log=str(log))
     X = rows_for(TREES[:3], 24, seed=12)
     close(compiled(TREES[:3], features=X), reference64(model, TREES[:3], features=X))
+
+
+def test_recursively_unrolled_kernel_takes_features():
+    """max_unroll_depth=2 lays batches out in (step, chunk, phase) levels; the rows still follow
+    each node, from Nodes and from parent arrays (which that kernel lays out through Nodes)."""
+    model = ct.models.TreeLSTM(16, inputs="features", embed_size=12)
+    compiled = model.compile(max_unroll_depth=2)
+    assert compiled.plan.unroll is not None
+    trees = TREES[:5]
+    X = rows_for(trees, 12, seed=13)
+    close(compiled(trees, features=X), reference64(model, trees, features=X))
+    parents, perm = _preorder_forest(trees)
+    close(compiled(parents=parents, features=X[perm], all_nodes=True),
+          np.concatenate(compiled(trees, all_nodes=True, features=X))[perm], 1e-6)
