@@ -77,8 +77,8 @@ class Adjoint:
         #: the level pass compiled (`adjoint_kernel.LevelPass`), or None: the numpy one runs;
         #: `level_pass_note` says why not
         self.level_pass, self.level_pass_note = None, "no target given"
-        #: the per-node feature input the program reads (`ra.node_features`), or None: its adjoint
-        #: is a gradient of the batch's features, one row per node (`vjp(..., d_features=)`)
+        #: the per-node feature input the program reads (`ra.node_features`), or None: `vjp` also
+        #: returns the gradient of the batch's features, one row per slot, under its name
         self.features = next((k for s in self.stages.values() for k in s.placeholder_of.values()
                               if isinstance(k, ra.NodeFeatures)), None)
         if self.features is not None:

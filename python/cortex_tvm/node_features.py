@@ -11,11 +11,15 @@ slots once per call (`lin.node_slots`), with zeros at the null slot and padding.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from .data.node import dag_postorder
+from .weights import from_torch
 
-__all__ = ["slot_rows", "as_rows", "check_slot_rows", "FeaturedBatch", "with_features", "seeded_batch"]
+__all__ = ["slot_rows", "with_slot_rows", "as_rows", "check_slot_rows", "FeaturedBatch", "with_features",
+           "seeded_batch"]
 
 
 def as_rows(features, size: int, name: str = "features") -> np.ndarray:
@@ -28,8 +32,7 @@ def as_rows(features, size: int, name: str = "features") -> np.ndarray:
             raise ValueError(f"{name}: an empty list (give one (nodes, {size}) array per tree, or one for the batch)")
         parts = [as_rows(part, size, f"{name}[{i}]") for i, part in enumerate(features)]
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
-    if hasattr(features, "detach") and hasattr(features, "numpy"):          # a torch tensor
-        features = features.detach().cpu().numpy()
+    features = from_torch(features)
     if not isinstance(features, np.ndarray):
         raise TypeError(f"{name}: expected a float32 numpy array (nodes, {size}), got {type(features).__name__}")
     if features.dtype != np.float32:
@@ -56,6 +59,11 @@ def slot_rows(features, lin, size: int, name: str = "features") -> np.ndarray:
     out = np.zeros((lin.num_slots, size), np.float32)
     out[lin.node_slots] = rows
     return out
+
+
+def with_slot_rows(lin, features, name: str, size: int):
+    """`lin` with its `features` (`slot_rows`): the layout a kernel that reads `name` takes."""
+    return replace(lin, features=slot_rows(features, lin, size, name))
 
 
 def check_slot_rows(lin, name: str, size: int, dtype: str = "float32") -> None:

@@ -11,13 +11,13 @@ out again, and an exported model carries it as JSON so `load` rebuilds it exactl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import linearize as _linearize
 from .linearize_arrays import linearize_parents
-from .node_features import slot_rows
+from .node_features import with_slot_rows
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,8 @@ class KernelSignature:
     def _with_features(self, lin, features):
         if not self.node_features:
             return lin
-        name, size, dtype = self.node_features[0]
-        return replace(lin, features=slot_rows(features, lin, size, name))
+        name, size, _ = self.node_features[0]
+        return with_slot_rows(lin, features, name, size)
 
     def structure_args(self, lin: _linearize.Linearized, put=lambda a: a) -> list:
         """The leading arguments (node inputs .. max_level_size) for a linearized batch, each

@@ -85,10 +85,9 @@ def _module_class():
             """sizes: None (the roots), or a list that receives each tree's node count (all nodes,
             concatenated: a Function returns tensors, not a list); features: the batch's per-node
             feature rows (a tensor, whose gradient the backward returns) or None."""
-            extra = {} if features is None else {"features": features}
-            out, pullback = module.compiled.vjp(trees, all_nodes=sizes is not None, **extra)
-            ctx.pullback, ctx.names, ctx.features = pullback, module.weight_names, features is not None
-            ctx.feature_name = module.compiled.adjoint.features.name if features is not None else None
+            out, pullback = module.compiled.vjp(trees, all_nodes=sizes is not None, features=features)
+            ctx.pullback, ctx.names = pullback, module.weight_names
+            ctx.feature_name = None if features is None else module.compiled.adjoint.features.name
             if sizes is None:
                 return torch.from_numpy(out)
             sizes.extend(len(rows) for rows in out)
@@ -97,7 +96,7 @@ def _module_class():
         @staticmethod
         def backward(ctx, d_out):
             grads = ctx.pullback(d_out.detach().cpu().numpy())
-            d_features = torch.from_numpy(grads[ctx.feature_name]) if ctx.features else None
+            d_features = None if ctx.feature_name is None else torch.from_numpy(grads[ctx.feature_name])
             return (None, None, None, d_features, *(torch.from_numpy(grads[name]) for name in ctx.names))
 
     class RecursiveModule(torch.nn.Module):
@@ -140,10 +139,9 @@ def _module_class():
                     out = RecursiveFunction.apply(self, trees, sizes, features, *self._parameters.values())
                     return list(torch.split(out, sizes)) if all_nodes else out
             # inference (or under torch.no_grad()): the kernel alone, nothing saved for a backward
-            extra = {} if features is None else {"features": features}
             if all_nodes:
-                return [to_torch(states) for states in self.compiled(trees, all_nodes=True, **extra)]
-            return to_torch(self.compiled(trees, **extra))
+                return [to_torch(states) for states in self.compiled(trees, all_nodes=True, features=features)]
+            return to_torch(self.compiled(trees, features=features))
 
         def extra_repr(self):
             c = self.compiled

@@ -8,10 +8,17 @@ from __future__ import annotations
 import numpy as np
 
 
+def from_torch(value):
+    """A torch tensor as a numpy array (detached, on the CPU); anything else as it is (torch is
+    optional: nothing here imports it)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):       # a torch.Tensor
+        return value.detach().cpu().numpy()
+    return value
+
+
 def to_numpy(name, value):
     """numpy array from a numpy array or a torch tensor (torch is optional)."""
-    if hasattr(value, "detach") and hasattr(value, "cpu"):       # a torch.Tensor
-        value = value.detach().cpu().numpy()
+    value = from_torch(value)
     if not isinstance(value, np.ndarray):
         raise TypeError(f"weight {name!r}: expected a numpy array or torch tensor, got {type(value).__name__}")
     return value

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from .. import data, models
+from ..node_features import seeded_batch
 
 #: bench name -> cortex_tvm.models class name (the zoo's own table, models.BY_NAME)
 MODEL_CLASSES = {name: cls.__name__ for name, cls in models.BY_NAME.items()}
@@ -46,11 +47,9 @@ def make_model(name: str, hidden: int, vocab_size: int, features: int | None = N
 
 
 def feature_rows(groups, size: int) -> list:
-    """`bench --features`' rows for each batch of structures: (nodes, size) float32, seeded, the
-    nodes in the order the models take them (each structure in `data.dag_postorder`)."""
-    rng = np.random.default_rng([FEATURE_SEED, size])
-    return [rng.standard_normal((sum(len(data.dag_postorder(s)) for s in g), size)).astype(np.float32)
-            for g in groups]
+    """`bench --features`' rows for each batch of structures (`node_features.seeded_batch`):
+    (nodes, size) float32, the nodes in the order the models take them."""
+    return [seeded_batch(g, size, seed=FEATURE_SEED + k).features for k, g in enumerate(groups)]
 
 
 def structures(name: str, trees: list) -> list:

@@ -17,6 +17,7 @@ import operator
 
 import numpy as np
 
+from ..weights import from_torch
 from .node import Node, _is_int
 
 #: edge directions `from_edges` accepts: which end of an edge (u, v) is the parent
@@ -157,7 +158,7 @@ def from_dgl(graph, words: str | None = "x", features: str | None = None,
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-    src, dst = (np.asarray(_numpy(x), dtype=np.int64).ravel() for x in graph.edges())
+    src, dst = (np.asarray(from_torch(x), dtype=np.int64).ravel() for x in graph.edges())
     child, parent = (src, dst) if direction == "child_to_parent" else (dst, src)
     count = int(graph.num_nodes())
     parents = np.full(count, -1, np.int64)
@@ -175,14 +176,7 @@ def from_dgl(graph, words: str | None = "x", features: str | None = None,
         if field is not None:
             if field not in graph.ndata:
                 raise ValueError(f"from_dgl: the graph has no ndata[{field!r}] (fields: {sorted(graph.ndata)})")
-            out[key] = _numpy(graph.ndata[field])
+            out[key] = np.asarray(from_torch(graph.ndata[field]))
     if "words" in out:
         out["words"] = np.asarray(out["words"]).astype(np.int64).ravel()
     return out
-
-
-def _numpy(value):
-    """A numpy array from a torch tensor (detached, on the CPU) or anything numpy takes."""
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)

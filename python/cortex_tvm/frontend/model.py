@@ -69,16 +69,6 @@ class TracedModel(Model):
     def max_children(self) -> int:
         return self._max_children
 
-    @property
-    def fixed_sizes(self) -> tuple:
-        """Sizes `padding` leaves alone: the width of the features the caller gives."""
-        return ("embed_size",) if self.feature_size is not None else ()
-
-    @property
-    def no_word(self):
-        # a cell fed features reads no words: any node may carry one
-        return 0 if self.feature_size is not None else super().no_word
-
     def weight_shapes(self) -> dict:
         """The given weights' shapes, or, for a copy at other sizes (`padding`), those sizes'."""
         if self._axes is None:

@@ -6,8 +6,6 @@ against).  Everything else (lowering, scheduling, building) is generic.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from .. import compiler as _compiler
@@ -17,7 +15,7 @@ from .. import ra
 from .. import relax as _relax
 from ..build import build_schedule
 from ..data import Node
-from ..node_features import slot_rows
+from ..node_features import with_slot_rows
 from ..weights import checked_weights
 
 
@@ -181,20 +179,28 @@ class Model:
     @property
     def no_word(self):
         """What `lin.words` holds at a node without a word: vocab_bound for models that read
-        words on inner nodes (their node input is `optional`), None otherwise."""
+        words on inner nodes (their node input is `optional`), None otherwise; 0 for a model fed
+        per-node features and no words (any node may carry a word, and none is read)."""
+        if self.vocab_bound is None and self.lower().node_features:
+            return 0
         return self.vocab_bound if self.reads_inner_words else None
+
+    @property
+    def fixed_sizes(self) -> tuple:
+        """Sizes `padding` leaves as given: the width of the features a caller passes per call."""
+        return ("embed_size",) if self.lower().node_features else ()
 
     def linearize(self, trees, pad=1, features=None) -> _linearize.Linearized:
         """The batch laid out for the numpy executors; `features` (one row per node, post-order
         per tree) for a program that reads `ra.node_features`."""
         lin = _linearize.linearize(trees, self.max_children, pad=pad, vocab_size=self.vocab_bound,
                                    allow_shared=self.program.spec.kind == "dag", no_word=self.no_word)
+        if features is None:
+            return lin
         read = self.lower().node_features
-        if features is not None and not read:
+        if not read:
             raise ValueError("features=: this model reads no per-node features")
-        if features is not None:
-            lin = replace(lin, features=slot_rows(features, lin, read[0].size, read[0].name))
-        return lin
+        return with_slot_rows(lin, features, read[0].name, read[0].size)
 
     def reference(self, trees, features=None) -> np.ndarray:
         """Root states from the numpy level-batched executor (the demo's baseline)."""
@@ -248,16 +254,6 @@ class WordModel(Model):
         self.hidden_size, self.vocab_size, self.embed_size = hidden_size, vocab_size, embed_size
         super().__init__(seed)
 
-    @property
-    def fixed_sizes(self) -> tuple:
-        """Sizes the kernel must keep as given (`padding`): the caller's feature width."""
-        return ("embed_size",) if self.inputs == "features" else ()
-
-    @property
-    def no_word(self):
-        # a model fed features reads no words: any node may carry one, and none is looked up
-        return 0 if self.inputs == "features" else super().no_word
-
     def input_weights(self) -> dict:
         """The input table among the weights: {"emb": (V, E)}, nothing with inputs="features"."""
         return {} if self.inputs == "features" else {"emb": (self.vocab_size, self.embed_size)}
@@ -282,6 +278,14 @@ class WordModel(Model):
         n = ra.node()
         return ra.compute((self.embed_size,), lambda e: ra.if_then_else(present(n), x(e), ra.zero()), name=name)
 
+    def has_input(self, lin, start=None, end=None) -> np.ndarray:
+        """Which slots of [start, end) have an input x, for the numpy executors: all of them with
+        features, or with words read at leaves only; else those holding a word (not no_word)."""
+        words = lin.words[start:end]
+        if self.inputs == "features" or self.no_word is None:
+            return np.ones(words.shape, bool)
+        return words != self.no_word
+
     def input_rows(self, lin, start=None, end=None) -> np.ndarray:
         """x at slots [start, end) for the numpy executors, as the kernel reads it there: the
         batch's feature rows, or the words' embedding rows (0 where a node of a model that reads
@@ -295,5 +299,5 @@ class WordModel(Model):
         words = lin.words[rows]
         if self.no_word is None:
             return self.weights["emb"][words]
-        present = words != self.no_word
+        present = self.has_input(lin, start, end)
         return self.weights["emb"][np.where(present, words, 0)] * present[:, None]

@@ -92,10 +92,7 @@ class TreeLSTM(WordModel):
             x = np.concatenate([h[kids[:, 0]], h[kids[:, 1]]], axis=1)
             g = x @ w["U"].T + w["bU"]
             if self.reads_inner_words:
-                if self.inputs == "features":
-                    present = np.ones(end - start, bool)
-                else:
-                    present = lin.words[start:end] != self.no_word
+                present = self.has_input(lin, start, end)
                 xg = (self.input_rows(lin, start, end) @ w["W"].T + w["bW"]) * present[:, None]
                 for q, p in ((0, 0), (3, 1), (4, 2)):            # i, o, u get W x + bW
                     g[:, q * H:(q + 1) * H] += xg[:, p * H:(p + 1) * H]
