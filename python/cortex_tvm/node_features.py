@@ -1,8 +1,9 @@
 """Per-node feature rows (`ra.node_features`) laid out in the kernel's slot order.
 
 A caller gives one float32 row per node, in the order the batch names its nodes:
-for Nodes, trees in batch order and each tree in post-order (`data.postorder`, the
-order of `all_nodes=True` results); for parent arrays, node order.  The kernel
+for Nodes, trees in batch order and each tree in post-order (`data.postorder`; a DAG
+model's in `data.dag_postorder`: the order of `all_nodes=True` results); for parent
+arrays, node order.  The kernel
 reads row `slot` of a (num_slots, F) array, so the rows are scattered to their
 slots once per call (`lin.node_slots`), with zeros at the null slot and padding.
 

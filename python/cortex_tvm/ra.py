@@ -230,9 +230,11 @@ def node_features(name: str, size: int) -> NodeFeatures:
     """A per-node float32 input vector of `size` features, given with each batch
     (`compiled(trees, features=X)`, X of shape (nodes, size)).
 
-    Example (a TreeFC whose leaves read 768-dimensional features)::
+    Example (leaves that read 768-dimensional features)::
 
-        x = ra.node_features("x", 768)
+        n, H, F = ra.node(), 128, 768
+        x, Wx, b = ra.node_features("x", F), ra.weight("Wx", (H, F)), ra.weight("b", (H,))
+        f = ra.reduce_axis(F, "f")
         leaf_h = ra.compute((H,), lambda i: ra.tanh(ra.sum(Wx[i, f] * x[n, f], f) + b[i]), name="leaf_h")
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:

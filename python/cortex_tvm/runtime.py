@@ -306,7 +306,8 @@ class CompiledModel:
         features=: for a model that reads per-node feature vectors (`inputs="features"`,
         `ra.node_features`), a float32 (nodes, F) array (or a torch tensor, or one array per
         tree), one row per node in the order all_nodes=True lists them: with trees, each tree
-        in post-order, trees in batch order; with parents=, node order (words= may be left out).
+        in post-order (a DAG model's in `data.dag_postorder`), trees in batch order; with
+        parents=, node order (words= may be left out).
         Every row is checked for shape, dtype and NaN/inf before the kernel runs."""
         _one_input(trees, parents, words, "")
         lin = (self.linearize(trees, features) if parents is None

@@ -19,6 +19,12 @@ class TreeFC(WordModel):
     def __init__(self, hidden_size: int, vocab_size: int | None = None, seed: int = 0, inputs: str = "words"):
         super().__init__(hidden_size, vocab_size, seed=seed, inputs=inputs)      # the input size is H
 
+    @property
+    def fixed_sizes(self) -> tuple:
+        # fed features, a leaf's state is its feature row: H is the caller's width, so the
+        # kernel may not pad it (padded units would read past the row)
+        return ("hidden_size", "embed_size") if self.inputs == "features" else ()
+
     def weight_shapes(self):
         H = self.hidden_size
         return {**self.input_weights(), "W": (H, H), "b": (H,)}
