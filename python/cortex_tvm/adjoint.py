@@ -39,10 +39,11 @@ import numpy as np
 from . import lower as _lower
 from . import ra
 from .adjoint_emit import Unsupported
-from .adjoint_kernel import LevelPass, held_rows
+from .adjoint_kernel import LevelPass
 from .linearize import NULL_SLOT
 from .blas_threads import single_threaded_blas
 from .named_axes import contract, elementwise, expand, reduce_to, times_missing
+from .scratch import Recycled, held_rows
 from .stage_numpy import StageNumpy, basic_index, factors
 
 #: what the backward differentiates, for error messages
@@ -63,6 +64,7 @@ class Adjoint:
         self.program, self.linearize = program, linearize
         self._layouts = {}              # id(load) -> how it reads its weight (`_scatter_invariant`)
         self._held = threading.local()  # each thread's value and adjoint arrays (`_workspace`)
+        self._gradients = Recycled()    # the gradients handed out, reused once let go
         try:
             lowered = {name: _lower.build_stage(program, name) for name in ("leaf", "internal")}
             self.stages = {name: StageNumpy(stage) for name, stage in lowered.items()}
@@ -105,21 +107,23 @@ class Adjoint:
         if self.level_pass is None or not self.level_pass.forward_pays(lin):
             return None
         states = [np.zeros((lin.num_slots,) + s.shape, np.float32) for s in self.program.states]
-        self.level_pass(lin, states, weights, None, self._levels(lin, states, weights, None), part="forward")
+        self.level_pass(lin, states, weights, None, self._levels(lin, states, weights, None, zero_adjoints=False),
+                        part="forward")
         token = self._held.__dict__["forwarded"] = object()
         return states, token
 
-    def _levels(self, lin, states, weights, d_states) -> dict:
+    def _levels(self, lin, states, weights, d_states, zero_adjoints=True) -> dict:
         """{stage: _Level over all of its nodes} with this thread's value and adjoint arrays
-        (adjoints zeroed, values as the last call left them)."""
+        (adjoints zeroed unless zero_adjoints=False, the forward, which reads none; values as the
+        last call left them)."""
         whole = {}
         for name, (start, end) in _stage_ranges(lin).items():
             if end > start:
                 whole[name] = _Level(self.stages[name], lin, states, weights, d_states, start, end - start)
-                whole[name].allocate(self.level_pass.row_shapes(name), self._workspace(name))
+                whole[name].allocate(self.level_pass.row_shapes(name), self._workspace(name), zero_adjoints)
         return whole
 
-    def vjp(self, lin, states: list, weights: dict, d_states: list, forwarded=None) -> dict:
+    def vjp(self, lin, states: list, weights: dict, d_states: list, forwarded=None, scratch=False) -> dict:
         """Gradients of sum(d_states * states) with respect to every weight the program reads
         (and, for a program that reads per-node features, to lin.features: (num_slots, F) rows
         under the feature input's name).
@@ -135,13 +139,28 @@ class Adjoint:
 
         forwarded: the token of the `forward` that computed `states` on this thread; while no
         later `forward` has overwritten its values, the compiled pass skips recomputing them.
+        scratch: d_states are float32 arrays the caller gives up (`state_adjoints`), which the
+        pass adds the children's adjoints into, instead of into copies.
+
+        A gradient returned is reused by a later call on this thread once the caller has let
+        go of it (`scratch.Recycled`): fresh gradient arrays page-fault at their first write.
         """
         with single_threaded_blas():
-            return self._vjp(lin, states, weights, d_states, forwarded)
+            return self._vjp(lin, states, weights, d_states, forwarded, scratch)
 
-    def _vjp(self, lin, states, weights, d_states, forwarded=None):
-        d_states = [np.array(d, np.float32) for d in d_states]
-        grads, deferred = {}, {}
+    def state_adjoints(self, num_slots: int) -> list:
+        """Zeroed (num_slots, *shape) float32 arrays, one per state: this thread's scratch for
+        `vjp(..., scratch=True)`, overwritten by the next call on the thread."""
+        held = self._held.__dict__.setdefault("state_adjoints", {})
+        arrays = [held_rows(held, s, num_slots, s.shape) for s in self.program.states]
+        for array in arrays:
+            array.fill(0)
+        return arrays
+
+    def _vjp(self, lin, states, weights, d_states, forwarded=None, scratch=False):
+        if not scratch:                          # the pass adds into them
+            d_states = [np.array(d, np.float32) for d in d_states]
+        grads, deferred = _Gradients(self._gradients), {}
         if self.features is not None:            # a state-like sink: each node's own row
             grads[self.features.name] = np.zeros(lin.features.shape, np.float32)
         offsets, ranges = lin.level_offsets, _stage_ranges(lin)
@@ -163,11 +182,11 @@ class Adjoint:
             reads, gathered = self.level_pass(lin, states, weights, d_states, whole,
                                               part="backward" if kept else "all")
             for weight, index, sums, layout_key in reads:
-                grad = grads.setdefault(weight.name, np.zeros(weight.shape, np.float32))
+                grad = grads.of(weight)
                 _scatter_invariant(grad, index, sums, self._layouts.setdefault(layout_key, [None]))
             for weight, _, stage, rows in gathered:              # an embedding's rows, by word
                 start, end = ranges[stage]
-                grad = grads.setdefault(weight.name, np.zeros(weight.shape, np.float32))
+                grad = grads.of(weight)
                 # (the program's one node input, as the level pass reads it: lin.words)
                 _add_rows(grad.reshape(grad.shape[0], -1), lin.words[start:end], rows.reshape(end - start, -1))
             skip = self.level_pass.weight_blocks
@@ -179,9 +198,23 @@ class Adjoint:
         for name, level in whole.items():                     # second pass: the weights
             level.backward(_WEIGHTS, grads, deferred, skip.get(name, ()))
         for load, key, adj, idx in deferred.values():
-            grad = grads.setdefault(key.name, np.zeros(key.shape, np.float32))
+            grad = grads.of(key)
             _scatter_invariant(grad, idx, adj, self._layouts.setdefault(id(load), [None]))
         return grads
+
+
+class _Gradients(dict):
+    """{weight name: gradient}, each made (zeros, from `pool`) when first asked for (`of`)."""
+
+    def __init__(self, pool: Recycled):
+        super().__init__()
+        self.pool = pool
+
+    def of(self, weight: ra.Weight) -> np.ndarray:
+        grad = self.get(weight.name)
+        if grad is None:
+            grad = self[weight.name] = self.pool.zeros(weight.name, weight.shape)
+        return grad
 
 
 def _stage_ranges(lin) -> dict:
@@ -234,15 +267,17 @@ class _Level:
         self.values, self.memo = self.stage.evaluate(self.env, self.offset, self.size, self.cache)
         self.adjoints = {b.out: np.zeros_like(self.values[b.out]) for b in self.stage.blocks}
 
-    def allocate(self, row_shapes: dict, workspace: dict):
-        """Arrays for every block's value (written by the compiled pass) and adjoint (zeros),
-        rows of `workspace`'s arrays, which the next call reuses: fresh memory costs a page fault
-        per 4 KB at its first write (about 10 ms a step for TreeLSTM h=150, batch 25, here)."""
+    def allocate(self, row_shapes: dict, workspace: dict, zero_adjoints=True):
+        """Arrays for every block's value (written by the compiled pass) and adjoint (zeros
+        unless zero_adjoints=False), rows of `workspace`'s arrays, which the next call reuses:
+        fresh memory costs a page fault per 4 KB at its first write (about 10 ms a step for
+        TreeLSTM h=150, batch 25, here)."""
         self.values, self.adjoints = {}, {}
         for key, shape in row_shapes.items():
             for kind, out in (("value", self.values), ("adjoint", self.adjoints)):
                 out[key] = held_rows(workspace, (kind, key), self.size, shape)
-            self.adjoints[key].fill(0)
+            if zero_adjoints:
+                self.adjoints[key].fill(0)
         self.memo = {}
 
     def part(self, start, end) -> "_Level":
@@ -271,16 +306,21 @@ class _Level:
             active = lambda source: (source not in self.values and source not in self.state_index  # noqa: E731
                                      and source not in self.feature_of)
         self.active = active
-        for block in reversed(stage.blocks):
-            if block.out in skip or not any(active(source) for source in block.body.sources):
-                continue
-            ctx = stage.context(self.env, self.values, self.memo, block, offset, self.size, self.cache)
-            backprop = _Backprop(self, ctx, block)
-            adj = (self.adjoints[block.out], block.spatial)
-            if block.reduce_axes:
-                backprop.reduction(block.body, adj)
-            else:
-                backprop.expr(block.body, adj)
+        try:
+            for block in reversed(stage.blocks):
+                if block.out in skip or not any(active(source) for source in block.body.sources):
+                    continue
+                ctx = stage.context(self.env, self.values, self.memo, block, offset, self.size, self.cache)
+                backprop = _Backprop(self, ctx, block)
+                adj = (self.adjoints[block.out], block.spatial)
+                if block.reduce_axes:
+                    backprop.reduction(block.body, adj)
+                else:
+                    backprop.expr(block.body, adj)
+        finally:
+            # `active` closes over self: left here, the cycle would keep the gradients alive
+            # until the garbage collector runs, and `Recycled` could not take them back
+            self.active = self.grads = self.deferred = None
 
     # -- where a read's adjoint goes ------------------------------------------------------
     def sink(self, load, ctx, adj):
@@ -302,7 +342,7 @@ class _Level:
                 else:
                     held[2] = held[2] + part
             else:
-                grad = self.grads.setdefault(weight.name, np.zeros(weight.shape, np.float32))
+                grad = self.grads.of(weight)
                 _scatter(grad, load, ctx, adj)
 
 

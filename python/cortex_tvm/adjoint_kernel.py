@@ -35,6 +35,7 @@ from . import fast_math, ra, tir_pipeline
 from .adjoint_emit import StageEmitter
 from .adjoint_weights import emit_weight_read, index_arrays, weight_blocks
 from .linearize import NULL_SLOT
+from .scratch import held_rows
 from .target import cpu_info
 
 #: the compiled functions: every level in parallel over its nodes, or serially (shared nodes)
@@ -158,17 +159,6 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                                              per_stage[name], level_offsets[first],
                                              level_offsets[last] - level_offsets[first])
     return fast_math.rewrite(ib.get()), params
-
-
-def held_rows(held: dict, key, count: int, row_shape) -> np.ndarray:
-    """The first `count` rows of the float32 array `held[key]`, kept between calls and grown by
-    doubling, at least to `count` (a batch's node count changes from call to call; fresh memory
-    page-faults at its first write)."""
-    array = held.get(key)
-    if array is None or array.shape[0] < count:
-        array = held[key] = np.empty((count if array is None else max(count, 2 * array.shape[0]),)
-                                     + tuple(row_shape), np.float32)
-    return array[:count]
 
 
 def _arg(name, shape, dtype):

@@ -392,14 +392,14 @@ class CompiledModel:
         weights, adjoint, shape = self.training_weights, self.adjoint, self.state_shapes[0]
 
         def pullback(d_out):
-            d_states = [np.zeros_like(s) for s in saved]
+            d_states = adjoint.state_adjoints(plain.num_slots)
             if all_nodes:
                 d_rows = _adjoint_array(d_out, (len(plain.node_slots),) + shape, "per-node states", True)
                 d_states[0][plain.node_slots] += d_rows
             else:
                 d_rows = _adjoint_array(d_out, (len(plain.roots),) + shape, "root states", False)
                 np.add.at(d_states[0], plain.roots, d_rows)
-            grads = adjoint.vjp(plain, saved, weights, d_states, forwarded=token)
+            grads = adjoint.vjp(plain, saved, weights, d_states, forwarded=token, scratch=True)
             # (not grads.get(name, np.zeros_like(w)): that zeroes a copy of every weight, the
             # embedding table's megabytes included, on every call)
             out = {name: grads[name] if name in grads else np.zeros_like(w) for name, w in weights.items()}

@@ -7,6 +7,8 @@ states and adjoints, with an adjoint on every state of every node (all of a node
 the pass, not only the roots' first), on each model's own structures: SST trees, sequences,
 grid DAGs whose nodes have two parents (the serial function).
 """
+import gc
+
 import numpy as np
 import pytest
 
@@ -131,3 +133,35 @@ def test_numpy_pass_without_a_target():
     model = ct.models.TreeFC(hidden_size=4, vocab_size=10)
     adjoint = Adjoint(model.program, model.linearize)
     assert adjoint.level_pass is None and adjoint.level_pass_note == "no target given"
+
+
+def test_gradients_held_stay_and_gradients_let_go_are_reused(sst):
+    """`vjp`'s gradients come from a pool (`scratch.Recycled`): fresh arrays page-fault at their
+    first write.  One the caller still holds is never written again; one let go is reused, and
+    zeroed first (the same numbers as the first time).  With the garbage collector off: an
+    array let go must be free at once, not kept by a reference cycle until a collection."""
+    gc.disable()
+    try:
+        _check_gradients_pooled(sst)
+    finally:
+        gc.enable()
+
+
+def _check_gradients_pooled(sst):
+    trees, vocab = sst
+    compiled = ct.models.TreeFC(hidden_size=H, vocab_size=len(vocab)).compile(training=True)
+    d_roots = np.random.default_rng(2).standard_normal((3, H)).astype(np.float32)
+    first = compiled.vjp(trees[:3])[1](d_roots)
+    kept = {name: g.copy() for name, g in first.items()}
+    second = compiled.vjp(trees[3:6])[1](d_roots)
+    for name in first:
+        assert second[name] is not first[name]
+        np.testing.assert_array_equal(first[name], kept[name], err_msg=name)
+    numbers = {name: g.copy() for name, g in second.items()}
+    addresses = {name: g.ctypes.data for name, g in second.items()}
+    del second
+    again = compiled.vjp(trees[3:6])[1](d_roots)
+    assert {name: g.ctypes.data for name, g in again.items()} == addresses
+    for name in numbers:
+        assert np.abs(numbers[name]).max() > 0, name          # the comparison can fail
+        np.testing.assert_array_equal(again[name], numbers[name], err_msg=name)

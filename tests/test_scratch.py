@@ -1,0 +1,44 @@
+"""`scratch`: working arrays kept between calls, and results reused once their caller lets go."""
+import numpy as np
+
+from cortex_tvm.scratch import Recycled, held_rows
+
+
+def test_a_result_let_go_is_reused_and_zeroed():
+    pool = Recycled()
+    first = pool.zeros("U", (3, 4))
+    first += 7
+    address = first.ctypes.data
+    del first
+    again = pool.zeros("U", (3, 4))
+    assert again.ctypes.data == address
+    assert not again.any()
+
+
+def test_a_result_still_held_is_never_reused():
+    pool = Recycled()
+    held = pool.zeros("U", (3, 4))
+    held += 7
+    view = pool.zeros("W", (2,))[:1]                # only a view of it is kept
+    fresh = pool.zeros("U", (3, 4))
+    assert fresh.ctypes.data != held.ctypes.data and (held == 7).all() and not fresh.any()
+    view += 5
+    other = pool.zeros("W", (2,))
+    assert other.ctypes.data != view.ctypes.data and view[0] == 5
+
+
+def test_a_new_shape_gets_a_new_array():
+    pool = Recycled()
+    a = pool.zeros("U", (3, 4))
+    del a
+    assert pool.zeros("U", (4, 3)).shape == (4, 3)
+
+
+def test_held_rows_grow_and_keep_their_row_shape():
+    held = {}
+    a = held_rows(held, "x", 5, (3,))
+    assert a.shape == (5, 3)
+    assert held_rows(held, "x", 4, (3,)).ctypes.data == a.ctypes.data      # fewer rows: the same array
+    grown = held_rows(held, "x", 6, (3,))
+    assert grown.shape == (6, 3) and held["x"].shape[0] == 10                  # doubled
+    assert held_rows(held, "x", 2, (4,)).shape == (2, 4)                       # another row shape
