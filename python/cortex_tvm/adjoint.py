@@ -43,7 +43,7 @@ from .adjoint_kernel import LevelPass
 from .linearize import NULL_SLOT
 from .blas_threads import single_threaded_blas
 from .named_axes import contract, elementwise, expand, reduce_to, times_missing
-from .scratch import Recycled, held_rows
+from .scratch import Recycled, held_rows, zero
 from .stage_numpy import StageNumpy, basic_index, factors
 
 #: what the backward differentiates, for error messages
@@ -107,20 +107,18 @@ class Adjoint:
         if self.level_pass is None or not self.level_pass.forward_pays(lin):
             return None
         states = [np.zeros((lin.num_slots,) + s.shape, np.float32) for s in self.program.states]
-        self.level_pass(lin, states, weights, None, self._levels(lin, states, weights, None, zero_adjoints=False),
-                        part="forward")
+        self.level_pass(lin, states, weights, None, self._levels(lin, states, weights, None), part="forward")
         token = self._held.__dict__["forwarded"] = object()
         return states, token
 
-    def _levels(self, lin, states, weights, d_states, zero_adjoints=True) -> dict:
-        """{stage: _Level over all of its nodes} with this thread's value and adjoint arrays
-        (adjoints zeroed unless zero_adjoints=False, the forward, which reads none; values as the
-        last call left them)."""
+    def _levels(self, lin, states, weights, d_states) -> dict:
+        """{stage: _Level over all of its nodes} with this thread's value and adjoint arrays for
+        the compiled pass, as the last call left them (its levels zero their own adjoint rows)."""
         whole = {}
         for name, (start, end) in _stage_ranges(lin).items():
             if end > start:
                 whole[name] = _Level(self.stages[name], lin, states, weights, d_states, start, end - start)
-                whole[name].allocate(self.level_pass.row_shapes(name), self._workspace(name), zero_adjoints)
+                whole[name].allocate(self.level_pass.row_shapes(name), self._workspace(name))
         return whole
 
     def vjp(self, lin, states: list, weights: dict, d_states: list, forwarded=None, scratch=False) -> dict:
@@ -154,7 +152,7 @@ class Adjoint:
         held = self._held.__dict__.setdefault("state_adjoints", {})
         arrays = [held_rows(held, s, num_slots, s.shape) for s in self.program.states]
         for array in arrays:
-            array.fill(0)
+            zero(array)
         return arrays
 
     def _vjp(self, lin, states, weights, d_states, forwarded=None, scratch=False):
@@ -267,17 +265,15 @@ class _Level:
         self.values, self.memo = self.stage.evaluate(self.env, self.offset, self.size, self.cache)
         self.adjoints = {b.out: np.zeros_like(self.values[b.out]) for b in self.stage.blocks}
 
-    def allocate(self, row_shapes: dict, workspace: dict, zero_adjoints=True):
-        """Arrays for every block's value (written by the compiled pass) and adjoint (zeros
-        unless zero_adjoints=False), rows of `workspace`'s arrays, which the next call reuses:
-        fresh memory costs a page fault per 4 KB at its first write (about 10 ms a step for
-        TreeLSTM h=150, batch 25, here)."""
+    def allocate(self, row_shapes: dict, workspace: dict):
+        """Arrays for every block's value and adjoint, both written by the compiled pass (which
+        zeroes each level's adjoint rows before adding into them), rows of `workspace`'s arrays,
+        which the next call reuses: fresh memory costs a page fault per 4 KB at its first write
+        (about 10 ms a step for TreeLSTM h=150, batch 25, here)."""
         self.values, self.adjoints = {}, {}
         for key, shape in row_shapes.items():
             for kind, out in (("value", self.values), ("adjoint", self.adjoints)):
                 out[key] = held_rows(workspace, (kind, key), self.size, shape)
-            if zero_adjoints:
-                self.adjoints[key].fill(0)
         self.memo = {}
 
     def part(self, start, end) -> "_Level":

@@ -150,6 +150,11 @@ class StageEmitter:
         """Add the level's loop nests to the function being built: nodes [offset, offset + size),
         rows [row_base, row_base + size) of this stage's value and adjoint arrays (`tiles`)."""
         def adjoints(level):
+            # the nests below add into the level's own rows of these, and no other level writes
+            # them: zeroed here, while the rows are about to be used, rather than all at once
+            # beforehand by the caller
+            self._zero_rows(level, list(bufs["adj"].values()) + list(bufs["gathered"].values()))
+
             def add_state_adjoint(state, adj, row, node):            # the loss's adjoint, and the parents'
                 Tb.buffer_store(adj, adj[row] + bufs["d_state"][state][node], row)
             self._state_elements(level, bufs["adj"], add_state_adjoint)
@@ -177,6 +182,24 @@ class StageEmitter:
                     Tb.buffer_store(bufs["state"][state], value[row], node)
                 self._state_elements(level, bufs["value"], write_state)
         _tiles(offset, size, row_base, parallel, self.shares if parallel else 1, values)
+
+    def _zero_rows(self, level, arrays):
+        """Zero the rows of the level's nodes in each of `arrays` (rows, *row shape)."""
+        zero = tirx.const(0.0, "float32")
+        for buf in arrays:
+            shape = [int(d) for d in buf.shape[1:]]
+            with level.nodes() as (row, _):
+                if not shape:
+                    Tb.buffer_store(buf, zero, [row])
+                    continue
+
+                def at(ix, buf=buf, row=row, shape=shape):
+                    vector_loop(shape[-1], self.lanes, lambda k: Tb.buffer_store(buf, zero, [row] + ix + [k]))
+                if len(shape) == 1:
+                    at([])
+                else:
+                    with Tb.grid(*shape[:-1]) as ix:
+                        at(as_list(ix))
 
     def _state_elements(self, level, arrays, body):
         """body(state, the array of `arrays` of the block that makes the state, its element's

@@ -35,7 +35,7 @@ from . import fast_math, ra, tir_pipeline
 from .adjoint_emit import StageEmitter
 from .adjoint_weights import emit_weight_read, index_arrays, weight_blocks
 from .linearize import NULL_SLOT
-from .scratch import held_rows
+from .scratch import held_rows, zero
 from .target import cpu_info
 
 #: the compiled functions: every level in parallel over its nodes, or serially (shared nodes)
@@ -217,8 +217,8 @@ class LevelPass:
 
     def __call__(self, lin, states, weights, d_states, whole, part: str = "all") -> list:
         """part "all": recompute every block's value into `whole[stage].values` and run the
-        levels, adding into `whole[stage].adjoints` (zeros) and `d_states` (the children's
-        rows); "backward": the same on the values a "forward" call left in `whole`; "forward":
+        levels, writing `whole[stage].adjoints` (each level zeroes its own rows, then adds into
+        them) and adding into `d_states` (the children's rows: zeros from the caller); "backward": the same on the values a "forward" call left in `whole`; "forward":
         every block's value, level by level from the leaves, and each node's rows of `states`
         (zeros), d_states unused.  Returns the weight reads summed here, [(weight, index arrays,
         the sums over the read's axes, a key for `adjoint._scatter_invariant`'s layout memo)],
@@ -249,15 +249,14 @@ class LevelPass:
                 sums = self._held(position, shape)
                 args.append(sums)
                 if part != "forward":
-                    sums.fill(0)                             # the function adds block by block
+                    zero(sums)                               # the function adds block by block
                     reads.append((weight, index, sums, (stage, key, ordinal)))
             elif role == "gathered":
                 _, stage, _, weight, node_input = param
                 level = whole.get(stage)
                 rows = self._held_rows(position, level.size if level is not None else 0, weight.shape[1:])
                 args.append(rows)
-                if part != "forward":
-                    rows.fill(0)                             # the nests add into the rows
+                if part != "forward":                      # (each level's nest zeroes its rows first)
                     gathered.append((weight, node_input, stage, rows))
             elif role == "state":
                 args.append(states[self.states.index(param[1])])

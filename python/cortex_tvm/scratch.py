@@ -20,6 +20,7 @@ kinds of arrays avoid that:
 """
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 
@@ -40,6 +41,15 @@ def held_rows(held: dict, key, count: int, row_shape, dtype=np.float32) -> np.nd
     return array[:count]
 
 
+def zero(array: np.ndarray) -> None:
+    """array[...] = 0; a contiguous one by libc's memset, about twice as fast as numpy's
+    fill for the megabytes of a training step's arrays."""
+    if array.flags.c_contiguous and array.flags.writeable:
+        ctypes.memset(array.ctypes.data, 0, array.nbytes)
+    else:
+        array.fill(0)
+
+
 class Recycled:
     """Zeroed arrays by key, per thread, reusing the last one of a key when its caller has let
     go of it (see the module docstring)."""
@@ -52,7 +62,7 @@ class Recycled:
         array = pool.get(key)
         if (array is not None and array.shape == tuple(shape) and array.dtype == dtype
                 and sys.getrefcount(array) <= _ONLY_THE_POOL):
-            array.fill(0)
+            zero(array)
             return array
         array = pool[key] = np.zeros(shape, dtype)
         return array

@@ -43,7 +43,15 @@ def test_columns_past_whole_vectors_and_levels_past_whole_tiles(sst):
     assert all(any(r & tile for r in rests) for tile in (4, 2, 1)) and sizes.max() > 8, sizes
 
 
-def _check_against_numpy(name, hidden, sst, count):
+@pytest.mark.parametrize("name", ["treelstm", "dagrnn"])
+def test_the_pass_zeroes_what_it_adds_into(name, sst):
+    """The compiled levels zero their own adjoint rows, and the caller zeroes no working array:
+    with every kept array poisoned (NaN) between two calls, the gradients are still the numpy
+    pass's (TreeLSTM: trees, the parallel function; DAG-RNN: shared nodes, the serial one)."""
+    _check_against_numpy(name, H, sst, 6, poison=True)
+
+
+def _check_against_numpy(name, hidden, sst, count, poison=False):
     trees, vocab = sst
     model = ct.models.BY_NAME[name](hidden_size=hidden, vocab_size=len(vocab), **OPTIONS.get(name, {}))
     structs = structures(name, trees[:count])
@@ -53,6 +61,13 @@ def _check_against_numpy(name, hidden, sst, count):
     compiled = Adjoint(model.program, model.linearize, make_target("llvm"))
     assert compiled.level_pass is not None, compiled.level_pass_note
     got = compiled.vjp(lin, states, model.weights, [d.copy() for d in d_states])
+    if poison:
+        kept = [a for stage in compiled._held.stages.values() for a in stage.values()]
+        kept += list(compiled.level_pass._arrays.by_param.values())
+        assert len(kept) > 10
+        for array in kept:
+            array.fill(np.nan)
+        got = compiled.vjp(lin, states, model.weights, [d.copy() for d in d_states])
     want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, [d.copy() for d in d_states])
     assert sorted(got) == sorted(want)
     for weight in want:
