@@ -21,8 +21,8 @@ end: a level's contribution is one matrix product, (read axes) x (nodes of the l
 Given a target (`compile(training=True)` gives the model's), the levels and the sums of the
 node-independent weight reads run compiled instead (`adjoint_kernel.LevelPass`, generated from
 the same stages and rules), after a compiled forward that keeps every tensor (`forward`), or
-with their recomputation; numpy adds the compiled sums and the embedding's rows (by word)
-into the gradients.  Without a target, or for a stage
+with their recomputation; the function also adds the embedding's rows into its gradient by
+word, and numpy adds the compiled sums of the other weights into theirs.  Without a target, or for a stage
 the emitter cannot take (`level_pass_note` says why), all of the above runs in numpy.
 
 Example (TreeFC, 2 leaves and a root)::
@@ -177,16 +177,10 @@ class Adjoint:
             kept = forwarded is not None and self._held.__dict__.get("forwarded") is forwarded
             if not kept:                          # the recomputation overwrites the last forward's values
                 self._held.__dict__["forwarded"] = None
-            reads, gathered = self.level_pass(lin, states, weights, d_states, whole,
-                                              part="backward" if kept else "all")
+            reads = self.level_pass(lin, states, weights, d_states, whole, part="backward" if kept else "all",
+                                    gradient=grads.of)
             for weight, index, sums, layout_key in reads:
-                grad = grads.of(weight)
-                _scatter_invariant(grad, index, sums, self._layouts.setdefault(layout_key, [None]))
-            for weight, _, stage, rows in gathered:              # an embedding's rows, by word
-                start, end = ranges[stage]
-                grad = grads.of(weight)
-                # (the program's one node input, as the level pass reads it: lin.words)
-                _add_rows(grad.reshape(grad.shape[0], -1), lin.words[start:end], rows.reshape(end - start, -1))
+                _scatter_invariant(grads.of(weight), index, sums, self._layouts.setdefault(layout_key, [None]))
             skip = self.level_pass.weight_blocks
         else:
             for level in range(lin.num_levels - 1, -1, -1):

@@ -19,7 +19,8 @@ pullback whose values a later forward overwrote.
 A tree's child has one parent, so no two nodes of a level write the same row; a batch with a
 node shared by two parents runs the function's serial twin, built the first time one comes.
 A weight read through the node's word (`emb[word[offset + n], e]`) gets one adjoint row per
-node here; `adjoint.py` adds the rows into the table by word.  Only blocks that read a weight
+node here, and after the levels the rows are added into the weight's gradient by word, node
+after node (a word recurs in a batch: serial, in a fixed order, no atomics).  Only blocks that read a weight
 through the node in another form are left to its numpy weight pass.
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .adjoint_weights import emit_weight_read, index_arrays, weight_blocks
 from .linearize import NULL_SLOT
 from .scratch import held_rows, zero
 from .target import cpu_info
+from .tir_builder import as_list, vector_loop
 
 #: the compiled functions: every level in parallel over its nodes, or serially (shared nodes)
 PARALLEL, SERIAL = "cortex_adjoint_levels", "cortex_adjoint_levels_serial"
@@ -67,7 +69,8 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     ("weight_read", stage, key, ordinal, shape, weight, index arrays) for each node-independent
     weight read whose gradient the function sums (`adjoint_weights`), ("gathered", stage, key,
     weight, node input) for each read through the node's input: the adjoint of the weight's row
-    that each node (a row of the stage) reads.
+    that each node (a row of the stage) reads, and ("gathered_sum", weight) for each weight read
+    so: its gradient (zeros from the caller), into which the function adds those rows.
     Raises Unsupported where a stage has a shape this does not emit."""
     emitters = {name: StageEmitter(stages[name], numpy_stages[name], lanes, cores) for name in ("leaf", "internal")}
     weight_reads = {name: weight_blocks(emitter) for name, emitter in emitters.items()}
@@ -158,7 +161,35 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                             emit_weight_read(emitters[name], block, stand_in, load, coeff, axes, out,
                                              per_stage[name], level_offsets[first],
                                              level_offsets[last] - level_offsets[first])
+            # the rows read through the node's input, added into the weight's gradient by the
+            # input: serially, node after node (a word recurs; a fixed order, no atomics)
+            dense = {}
+            for name, first, last in (("leaf", 0, 1), ("internal", 1, L1 - 1)):
+                for index, (block, load, node_input) in enumerate(emitters[name].gathered):
+                    weight = emitters[name].weight_of(load.source)
+                    if weight not in dense:
+                        dense[weight] = _arg(f"grad_{weight.name}", weight.shape, "float32")
+                        params.append(("gathered_sum", weight))
+                    if part != "forward":
+                        _emit_add_rows(dense[weight], per_stage[name]["gathered"][index], inputs[node_input],
+                                       level_offsets[first], level_offsets[last] - level_offsets[first], lanes)
     return fast_math.rewrite(ib.get()), params
+
+
+def _emit_add_rows(grad, rows, by, offset, count, lanes):
+    """grad[by[offset + n], ...] += rows[n, ...] for n in range(count), in order."""
+    shape = [int(d) for d in grad.shape[1:]]
+    with Tb.serial(0, count) as n:
+        at = Tb.bind(by[offset + n])
+
+        def add(ix):
+            vector_loop(shape[-1], lanes, lambda k: Tb.buffer_store(
+                grad, grad[[at] + ix + [k]] + rows[[n] + ix + [k]], [at] + ix + [k]))
+        if len(shape) == 1:
+            add([])
+        else:
+            with Tb.grid(*shape[:-1]) as ix:
+                add(as_list(ix))
 
 
 def _arg(name, shape, dtype):
@@ -215,16 +246,17 @@ class LevelPass:
                                                             tir_pipeline=tir_pipeline.NAME)[name]
         return self._functions[(part, parallel)]
 
-    def __call__(self, lin, states, weights, d_states, whole, part: str = "all") -> list:
+    def __call__(self, lin, states, weights, d_states, whole, part: str = "all", gradient=None) -> list:
         """part "all": recompute every block's value into `whole[stage].values` and run the
         levels, writing `whole[stage].adjoints` (each level zeroes its own rows, then adds into
-        them) and adding into `d_states` (the children's rows: zeros from the caller); "backward": the same on the values a "forward" call left in `whole`; "forward":
-        every block's value, level by level from the leaves, and each node's rows of `states`
-        (zeros), d_states unused.  Returns the weight reads summed here, [(weight, index arrays,
-        the sums over the read's axes, a key for `adjoint._scatter_invariant`'s layout memo)],
-        and those read through the node, [(weight, the node input, stage, one adjoint row per
-        node of the stage)] (both empty for "forward")."""
-        args, reads, gathered = [], [], []
+        them) and adding into `d_states` (the children's rows: zeros from the caller) and into
+        `gradient(weight)` (the gradient of a weight read through the node's input, zeros from
+        the caller: an embedding's rows, by word); "backward": the same on the values a
+        "forward" call left in `whole`; "forward": every block's value, level by level from the
+        leaves, and each node's rows of `states` (zeros), d_states and gradient unused.
+        Returns the weight reads summed here, [(weight, index arrays, the sums over the read's
+        axes, a key for `adjoint._scatter_invariant`'s layout memo)] (empty for "forward")."""
+        args, reads = [], []
         if d_states is None:                                  # the forward reads no adjoint
             d_states = states
         for position, param in enumerate(self.params):
@@ -251,13 +283,13 @@ class LevelPass:
                 if part != "forward":
                     zero(sums)                               # the function adds block by block
                     reads.append((weight, index, sums, (stage, key, ordinal)))
-            elif role == "gathered":
-                _, stage, _, weight, node_input = param
+            elif role == "gathered":                          # (each level's nest zeroes its rows first)
+                _, stage, _, weight, _ = param
                 level = whole.get(stage)
-                rows = self._held_rows(position, level.size if level is not None else 0, weight.shape[1:])
-                args.append(rows)
-                if part != "forward":                      # (each level's nest zeroes its rows first)
-                    gathered.append((weight, node_input, stage, rows))
+                args.append(self._held_rows(position, level.size if level is not None else 0, weight.shape[1:]))
+            elif role == "gathered_sum":                      # the forward leaves it alone
+                weight = param[1]
+                args.append(weights[weight.name] if part == "forward" else gradient(weight))
             elif role == "state":
                 args.append(states[self.states.index(param[1])])
             elif role == "d_state":
@@ -275,7 +307,7 @@ class LevelPass:
         shared = part != "forward" and children.size > 0 and np.bincount(children).max() > 1
         self.function(part, not shared)(*args)
         self.last_run = (part, "serial" if shared else "parallel")
-        return reads, gathered
+        return reads
 
     def _held(self, position, shape) -> np.ndarray:
         """This thread's array for the parameter at `position`, kept between calls (no page

@@ -9,7 +9,7 @@ read's own axes (`R`, no two iterations write one element, so its tiles run in p
 `index_arrays` says where each element of `R` goes in the weight, and `adjoint.py` adds it
 there (`_scatter_invariant`: a reshape for U).  A block that reads a weight through the node
 (an embedding row per word, `emb[word[offset + n], e]`) has its adjoint written by the level pass
-as one row per node (the rows' scatter-add into the table, by word, is `adjoint.py`'s); a read
+as one row per node (added into the table by word at the end: `adjoint_kernel._emit_add_rows`); a read
 through the node of another form leaves its block to the numpy weight pass.
 
 The nest tiles the read's largest outer axis by TILE (8 values of i for U) and its last axis by

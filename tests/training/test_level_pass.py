@@ -8,6 +8,7 @@ the pass, not only the roots' first), on each model's own structures: SST trees,
 grid DAGs whose nodes have two parents (the serial function).
 """
 import gc
+import re
 
 import numpy as np
 import pytest
@@ -131,14 +132,21 @@ def test_the_level_pass_ir():
     # tanh's derivative reads the recomputed value, not a second tanh
     assert "(T.float32(1.0) - internal_internal_h[level_offsets" in levels
     assert {p[0] for p in params} == {"level_offsets", "placeholder", "transposed", "state", "d_state",
-                                      "value", "adj", "weight_read", "gathered"}
+                                      "value", "adj", "weight_read", "gathered", "gathered_sum"}
     assert sorted(p[5].name for p in params if p[0] == "weight_read") == ["W", "b"]
     # emb is read through the leaf's word: each leaf's adjoint row of it (TreeFC's leaf h is its
-    # embedding row), which numpy adds into the table by word; no weight is written here
+    # embedding row), then, after every level, the rows added into emb's gradient by word, leaf
+    # after leaf (a word recurs: serial, in a fixed order); no weight is written here
     assert [(p[1], p[3].name, p[4].name) for p in params if p[0] == "gathered"] == [("leaf", "emb", "word")]
+    assert [p[1].name for p in params if p[0] == "gathered_sum"] == ["emb"]
     assert ("d_leaf_emb_rows0[v_5 + v_7 * 8 + v_8, v_9 * 8 + v_10] = d_leaf_emb_rows0[v_5 + v_7 * 8 + v_8,"
             " v_9 * 8 + v_10] + d_leaf_leaf_h[v_5 + v_7 * 8 + v_8, v_9 * 8 + v_10]") in levels
-    assert "d_W" not in text and "d_b" not in text and "d_emb[" not in text
+    by_word = weights.split("    for v_4 in range(level_offsets[1] - level_offsets[0]):")[1]
+    assert "v_5: T.let[T.int32] = word[level_offsets[0] + v_4]" in by_word
+    assert ("grad_emb[v_5, v_6 * 8 + v_7] = grad_emb[v_5, v_6 * 8 + v_7] + d_leaf_emb_rows0[v_4, v_6 * 8 + v_7]"
+            in by_word)
+    assert "T.parallel(" not in by_word
+    assert re.search(r"^\s*(emb|W|b)\[.*\] =", text, re.M) is None
     serial, _ = _tree_fc_pass(parallel=False)                 # a DAG's: the weights' sums stay parallel
     assert "T.parallel(" not in serial.script().split("    for v_4 in T.parallel(2):")[0]
     assert "T.min(v_" not in recompute + levels               # no node clamped, none computed twice
