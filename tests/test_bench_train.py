@@ -120,6 +120,22 @@ def test_train_refuses_models_without_a_baseline_and_bf16():
         run.bench(_bench_args(["--train", "--precision", "bf16", "--systems", "cortex_tvm"]))
 
 
+def test_summary_reports_the_backward_alone_against_sgemm():
+    """Our worker also times the pullback alone; the summary counts it 2x the forward's FLOPs
+    (dW = dy x^T and dx = W^T dy) against the same run's sgemm."""
+    ref_roots = np.tanh(np.random.default_rng(1).standard_normal((3, 2, 4)))
+    g = _grad_ref()
+    case = {"model": "treelstm", "hidden": 4, "batch": 2, "flops": 1e6, "nodes": 10.0, "train_flops": 3e6}
+    ours = {"system": "cortex_tvm", "round": 0, "model": "treelstm", "hidden": 4, "batch": 2, "ms": 1.0,
+            "backward_ms": 0.5, "per_batch_ms": [1.0] * 3, "mode": "train", **run.check_roots(ref_roots, ref_roots),
+            **check_grads(g["ref"], g)}
+    sgemm = {"system": "sgemm", "round": 0, "gflops": 8.0, "ms": 1.0}
+    run.summarize([case], [ours, sgemm], ["cortex_tvm"], {})
+    assert case["cortex_tvm_backward_ms"] == 0.5
+    assert case["cortex_tvm_backward_gflops"] == pytest.approx(4.0)          # 2e6 FLOP in 0.5 ms
+    assert case["cortex_tvm_backward_pct_of_sgemm"] == pytest.approx(50.0)
+
+
 def test_train_end_to_end(tmp_path):
     out = tmp_path / "train.json"
     cmd = [sys.executable, "-m", "cortex_tvm.cli", "bench", "--train", "--models", "treelstm", "--hidden", "16",
@@ -146,7 +162,9 @@ def test_train_end_to_end(tmp_path):
         assert "not installed" in rows["torch-levels"]["skipped"]
     case, = result["cases"]
     assert case["grad_check"]["weight"] == "U" and len(case["grad_check"]["ref_max_abs"]) == 2
-    for needle in ("TRAINING STEPS", "ms/step", "dU rel err", "training step (forward + backward)"):
+    assert case["cortex_tvm_backward_ms"] > 0 and case["cortex_tvm_backward_pct_of_sgemm"] > 0
+    for needle in ("TRAINING STEPS", "ms/step", "dU rel err", "training step (forward + backward)",
+                   "cortex_tvm backward alone"):
         assert needle in proc.stdout
 
 

@@ -448,6 +448,11 @@ def summarize(cases, runs, systems, skipped):
                 row["ratio"] = row["ms"] / ours["ms"]
             if ours_bf16 is not None and "ms" in row:
                 row["ratio_bf16"] = row["ms"] / ours_bf16["ms"]
+        if ours is not None and sgemm_gflops and "backward_ms" in ours:
+            # the backward alone: the products dW = dy x^T and dx = W^T dy, 2x the forward's FLOPs
+            backward_gflops = (TRAIN_FLOPS_FACTOR - 1) * case["flops"] / (ours["backward_ms"] * 1e-3) / 1e9
+            case.update(cortex_tvm_backward_ms=ours["backward_ms"], cortex_tvm_backward_gflops=backward_gflops,
+                        cortex_tvm_backward_pct_of_sgemm=100 * backward_gflops / sgemm_gflops)
         if ours is not None and sgemm_gflops and "train_flops" not in case:
             flops = ours.get("runtime_flops", case["flops"])
             case["cortex_tvm_runtime_mflop"] = flops / 1e6
@@ -496,6 +501,11 @@ def print_tables(rows, cases, systems, sgemm_gflops, args, peak=None):
                     flag += f"  <-- GRADIENT WRONG in batches {row['grad_wrong_batches']}"
             print(f"  {row['system']:17s} {_fmt_ms(row['ms'])} {ratio} {row['gflops']:8.1f} "
                   f"{row['max_abs_err']:10.1e}{grad}{flag}")
+        if "cortex_tvm_backward_ms" in case:
+            print(f"  cortex_tvm backward alone (the pullback on one forward's kept values): "
+                  f"{case['cortex_tvm_backward_ms']:.3f} ms, {case['cortex_tvm_backward_gflops']:.1f} GFLOP/s "
+                  f"({TRAIN_FLOPS_FACTOR - 1}x the forward's FLOPs) / sgemm: "
+                  f"{case['cortex_tvm_backward_pct_of_sgemm']:.0f} %")
         if "cortex_tvm_pct_of_sgemm" in case:
             of_peak = (f", / this CPU's FMA peak: {case['cortex_tvm_pct_of_peak']:.0f} %"
                        if "cortex_tvm_pct_of_peak" in case else "")
