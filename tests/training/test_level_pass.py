@@ -90,10 +90,11 @@ def _tree_fc_pass(parallel=True):
 
 def test_the_level_pass_ir():
     """TreeFC, h = tanh(W @ (h_left + h_right) + b): first every node's values (a run of nodes
-    per core, in parallel, each in tiles of 8 nodes, then tiles of 1, 2 and 4; the product with W reads W's
-    transpose, one vector per load, into an 8 x 8-lane accumulator), then the levels from the top down (the product with W in the other direction
-    reads W itself), children's rows written except the null node's, then the sums over every
-    node that give dW and db; no weight written."""
+    per core, in parallel, each in tiles of 8 nodes, then tiles of 1, 2 and 4; the product with
+    W reads W's transpose, one vector per load, into an 8 x 8-lane accumulator, the run's whole
+    tiles in turn inside each chunk of columns), then the levels from the top down (the product
+    with W in the other direction reads W itself), children's rows written except the null
+    node's, then the sums over every node that give dW and db; no weight written."""
     func, params = _tree_fc_pass()
     text = func.script()
     recompute, levels = text.split("for v_4 in range(v - 2):")             # the internal levels ...
@@ -106,20 +107,24 @@ def test_the_level_pass_ir():
     assert "for v_5 in T.parallel(3):" in levels
     assert f"v_6: T.let[T.int32] = ({size}) * v_5 // 3" in levels                    # the run's first
     assert f"v_7: T.let[T.int32] = ({size}) * (v_5 + 1) // 3 - v_6" in levels       # its nodes
-    assert "for v_8 in range(v_7 // 8):" in levels
+    assert "v_8: T.let[T.int32] = v_7 // 8" in levels and "for v_9 in range(v_8):" in levels
     for bit in ("% 2 == 1", "// 2 % 2 == 1", "// 4 % 2 == 1"):
-        assert f"if (v_7 - v_7 // 8 * 8) {bit}:" in levels
+        assert f"if (v_7 - v_8 * 8) {bit}:" in levels
     assert levels.count("T.parallel(") == 2                     # the internal levels', the leaves'
     # a register tile holds 8 sums whatever its nodes: 8 nodes x 1 vector of 8 lanes; a smaller
     # tile, 8 / nodes vectors (here all 16 columns)
     assert "T.alloc_local((8, 8))" in levels
     for tile in (4, 2, 1):
         assert f"T.alloc_local(({tile}, 16))" in levels
-    assert "internal_internal_h_sum[v_5 + v_7 * 8 + v_9, v_8 * 8 + v_10] = buffer[v_9, v_10]" in recompute
-    assert "W_T[v_9, v_8 * 8 + v_11] * internal_child_sum[v_5 + v_7 * 8 + v_10, v_9]" in recompute
-    assert ("d_internal_internal_h_sum[level_offsets[v - 2 - v_4] - level_offsets[1] + (v_6 + v_8 * 8 + v_11), v_10]"
-            " * W[v_10, v_9 * 8 + v_12]") in levels
-    assert "children[level_offsets[v - 2 - v_4] + (v_6 + v_8 * 8 + v_9), 1] != 0" in levels
+    # the chunks of columns (2 of 8 lanes) outside, the whole tiles (v_7 of them) inside: a
+    # chunk's columns of W_T serve every tile of the run
+    assert "for v_8, v_9 in T.grid(2, v_7):" in recompute
+    assert "internal_internal_h_sum[v_5 + v_9 * 8 + v_10, v_8 * 8 + v_11] = buffer[v_10, v_11]" in recompute
+    assert "W_T[v_10, v_8 * 8 + v_12] * internal_child_sum[v_5 + v_9 * 8 + v_11, v_10]" in recompute
+    assert "for v_9, v_10 in T.grid(2, v_8):" in levels
+    assert ("d_internal_internal_h_sum[level_offsets[v - 2 - v_4] - level_offsets[1] + (v_6 + v_10 * 8 + v_12), v_11]"
+            " * W[v_11, v_9 * 8 + v_13]") in levels
+    assert "children[level_offsets[v - 2 - v_4] + (v_6 + v_9 * 8 + v_10), 1] != 0" in levels
     assert "T.vectorized(8)" in levels
     # dW[i, k] = sum over every internal node of d h_sum[n, i] * child_sum[n, k]: blocks of 32
     # nodes, each adding into an 8-row x 8-lane register tile of dW
@@ -139,8 +144,8 @@ def test_the_level_pass_ir():
     # after leaf (a word recurs: serial, in a fixed order); no weight is written here
     assert [(p[1], p[3].name, p[4].name) for p in params if p[0] == "gathered"] == [("leaf", "emb", "word")]
     assert [p[1].name for p in params if p[0] == "gathered_sum"] == ["emb"]
-    assert ("d_leaf_emb_rows0[v_5 + v_7 * 8 + v_8, v_9 * 8 + v_10] = d_leaf_emb_rows0[v_5 + v_7 * 8 + v_8,"
-            " v_9 * 8 + v_10] + d_leaf_leaf_h[v_5 + v_7 * 8 + v_8, v_9 * 8 + v_10]") in levels
+    assert ("d_leaf_emb_rows0[v_5 + v_8 * 8 + v_9, v_10 * 8 + v_11] = d_leaf_emb_rows0[v_5 + v_8 * 8 + v_9,"
+            " v_10 * 8 + v_11] + d_leaf_leaf_h[v_5 + v_8 * 8 + v_9, v_10 * 8 + v_11]") in levels
     by_word = weights.split("    for v_4 in range(level_offsets[1] - level_offsets[0]):")[1]
     assert "v_5: T.let[T.int32] = word[level_offsets[0] + v_4]" in by_word
     assert ("grad_emb[v_5, v_6 * 8 + v_7] = grad_emb[v_5, v_6 * 8 + v_7] + d_leaf_emb_rows0[v_4, v_6 * 8 + v_7]"
