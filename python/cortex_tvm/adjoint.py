@@ -118,7 +118,8 @@ class Adjoint:
         for name, (start, end) in _stage_ranges(lin).items():
             if end > start:
                 whole[name] = _Level(self.stages[name], lin, states, weights, d_states, start, end - start)
-                whole[name].allocate(self.level_pass.row_shapes(name), self._workspace(name))
+                whole[name].allocate(self.level_pass.row_shapes(name), self._workspace(name),
+                                     self.level_pass.transient.get(name, ()))
         return whole
 
     def vjp(self, lin, states: list, weights: dict, d_states: list, forwarded=None, scratch=False) -> dict:
@@ -253,22 +254,29 @@ class _Level:
                 env[key] = lin.words
             else:
                 env[key] = getattr(lin, obj)              # "children", "num_children"
-        self.env, self.cache = env, {}
+        self.env, self.cache, self.transient = env, {}, frozenset()
 
     def recompute(self):
         self.values, self.memo = self.stage.evaluate(self.env, self.offset, self.size, self.cache)
         self.adjoints = {b.out: np.zeros_like(self.values[b.out]) for b in self.stage.blocks}
 
-    def allocate(self, row_shapes: dict, workspace: dict):
-        """Arrays for every block's value and adjoint, both written by the compiled pass (which
-        zeroes each level's adjoint rows before adding into them), rows of `workspace`'s arrays,
-        which the next call reuses: fresh memory costs a page fault per 4 KB at its first write
-        (about 10 ms a step for TreeLSTM h=150, batch 25, here)."""
+    def allocate(self, row_shapes: dict, workspace: dict, transient=()):
+        """Arrays for every block's value (but those of `transient` blocks, which the compiled
+        pass keeps itself) and adjoint, both written by the compiled pass (which zeroes each
+        level's adjoint rows before adding into them), rows of `workspace`'s arrays, which the
+        next call reuses: fresh memory costs a page fault per 4 KB at its first write (about 10
+        ms a step for TreeLSTM h=150, batch 25, here)."""
         self.values, self.adjoints = {}, {}
         for key, shape in row_shapes.items():
-            for kind, out in (("value", self.values), ("adjoint", self.adjoints)):
-                out[key] = held_rows(workspace, (kind, key), self.size, shape)
+            self.adjoints[key] = held_rows(workspace, ("adjoint", key), self.size, shape)
+            if key not in transient:
+                self.values[key] = held_rows(workspace, ("value", key), self.size, shape)
+        self.transient = frozenset(transient)
         self.memo = {}
+
+    def is_tensor(self, source) -> bool:
+        """Whether `source` is one of the stage's tensors (kept or transient), not an input."""
+        return source in self.values or source in self.transient
 
     def part(self, start, end) -> "_Level":
         """The nodes [start, end) of this range, viewing its values and adjoints."""
@@ -290,10 +298,10 @@ class _Level:
         if sinks == _NOT_WEIGHTS:
             for index, state in enumerate(stage.states):
                 self.adjoints[stage.output_key[state]] += self.d_states[index][offset:offset + self.size]
-            active = lambda source: (source in self.values or source in self.state_index  # noqa: E731
+            active = lambda source: (self.is_tensor(source) or source in self.state_index  # noqa: E731
                                      or source in self.feature_of)
         else:
-            active = lambda source: (source not in self.values and source not in self.state_index  # noqa: E731
+            active = lambda source: (not self.is_tensor(source) and source not in self.state_index  # noqa: E731
                                      and source not in self.feature_of)
         self.active = active
         try:
@@ -315,7 +323,7 @@ class _Level:
     # -- where a read's adjoint goes ------------------------------------------------------
     def sink(self, load, ctx, adj):
         source = load.source
-        if source in self.values:                           # a tensor of this stage
+        if self.is_tensor(source):                          # a tensor of this stage
             _scatter(self.adjoints[source], load, ctx, adj)
         elif source in self.state_index:                    # a child's state: its row
             _scatter(self.d_states[self.state_index[source]], load, ctx, adj, null_row=NULL_SLOT)

@@ -93,6 +93,10 @@ class StageEmitter:
         #: one row per node; filled by `adjoint_weights.weight_blocks` for the blocks whose weight
         #: gradients it takes
         self.gathered = []
+        #: keys of the blocks whose values only later blocks of the same node read (the
+        #: backward does not): their value arrays hold one level's nodes, indexed by position in
+        #: the level (`adjoint_kernel.transient_blocks`)
+        self.transient = set()
         self._positions = [block.position for block in self.blocks]
 
     # -- what a read is (buffers compared with same_as: TVM objects hash by handle) -------------
@@ -292,7 +296,8 @@ class StageEmitter:
         """The block's value for the run's nodes, into its value array (the recomputation)."""
         def store(rewrite, value):
             buf = bufs["value"][block.key]
-            idx = [rewrite(ROW)] + [rewrite(i) for i in block.out_indices[1:]]
+            first = POSITION if block.key in self.transient else ROW
+            idx = [rewrite(first)] + [rewrite(i) for i in block.out_indices[1:]]
             Tb.buffer_store(buf, value, idx)
         self._emit_nest(block, block.out_indices, block.body, bufs, run, store)
 
@@ -321,7 +326,7 @@ class StageEmitter:
                 axes_grid(axes, body)
 
         def rewriter(mapping, position, row):
-            mapping = {**mapping, block.position: position, ROW: row}
+            mapping = {**mapping, block.position: position, ROW: row, POSITION: position}
             return lambda e: self.rewrite(e, bufs, mapping, run.offset, run.size,
                                            inner[0] if inner else None)
 
@@ -408,10 +413,10 @@ class StageEmitter:
 
     def rewrite(self, e, bufs, mapping, offset, size, inner=None):
         """`e` (over the block's axes and the stage's buffers) in the function's terms: axes by
-        `mapping` (with ROW: the node's row), the level's offset, stage tensors by their value
-        arrays' rows; a weight in `bufs["transposed"]` read with `inner` in its first index only,
+        `mapping` (with ROW: the node's row, POSITION: its position in the level), the level's
+        offset, stage tensors by their value arrays' rows (a transient block's by position); a weight in `bufs["transposed"]` read with `inner` in its first index only,
         from its transpose."""
-        row = mapping[ROW]
+        row, position = mapping[ROW], mapping.get(POSITION)
         variables = {self.stage.offset: offset, self.stage.size: size}
 
         def on_var(v):
@@ -426,7 +431,8 @@ class StageEmitter:
         def on_load(ld):
             key = self._tensor_key(ld.source)
             if key is not None:
-                return tirx.BufferLoad(bufs["value"][key], [row] + list(ld.indices[1:]))
+                first = position if key in self.transient else row
+                return tirx.BufferLoad(bufs["value"][key], [first] + list(ld.indices[1:]))
             if inner is not None and len(ld.indices) == 2 and uses(ld.indices[0], inner) \
                     and not uses(ld.indices[1], inner):
                 for k, buf in bufs["transposed"].items():
@@ -531,6 +537,8 @@ def _runs(offset, size, row_base, parallel, shares, body):
 #: stands for the row of the node in a stage's value and adjoint arrays in expressions built
 #: before the node's loop exists
 ROW = tirx.Var("row", "int32")
+#: likewise the node's position in its level (the row of a transient block's value array)
+POSITION = tirx.Var("position", "int32")
 #: nodes per iteration of a level's loop: a weight row read by a contraction serves them all
 NODE_TILE = 8
 #: the tiles of the nodes past a run's whole tiles: one of each whose bit is set in the rest

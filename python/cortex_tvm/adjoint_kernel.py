@@ -29,6 +29,7 @@ import threading
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as Tb
 
@@ -52,7 +53,7 @@ NAMES = {"all": {True: PARALLEL, False: SERIAL},
 
 
 def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: int = 8,
-               parallel: bool = True, cores: int = 1, part: str = "all") -> tuple:
+               parallel: bool = True, cores: int = 1, part: str = "all", transient=None) -> tuple:
     """(PrimFunc, its parameters) of the level pass for the stages "leaf" and "internal"
     (`lower.build_stage`) and their `StageNumpy` twins; `lanes`: float32 lanes of a vector;
     parallel: each level's nodes in `cores` runs in a parallel loop (PARALLEL), or in a serial
@@ -71,8 +72,14 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     weight, node input) for each read through the node's input: the adjoint of the weight's row
     that each node (a row of the stage) reads, and ("gathered_sum", weight) for each weight read
     so: its gradient (zeros from the caller), into which the function adds those rows.
+    transient: {stage: keys of the blocks whose values the backward never reads}
+    (`transient_blocks`): their value parameters are ("transient", stage, key, row shape)
+    instead, arrays of rows by position in a level (`StageEmitter.transient`): one level's
+    nodes for "forward", all of the stage's for "all".
     Raises Unsupported where a stage has a shape this does not emit."""
     emitters = {name: StageEmitter(stages[name], numpy_stages[name], lanes, cores) for name in ("leaf", "internal")}
+    for name, keys in (transient or {}).items():
+        emitters[name].transient = set(keys)
     weight_reads = {name: weight_blocks(emitter) for name, emitter in emitters.items()}
     fname = NAMES[part][parallel]
     params = []
@@ -107,7 +114,7 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     placeholders[te_buf] = states[state]
             per_stage = {}
             for name, emitter in emitters.items():
-                rows = Tb.int32()
+                rows, positions = Tb.int32(), Tb.int32()
                 value, adj, transposed = {}, {}, {}
                 for key, te_buf in emitter.transposed_reads().items():
                     if key not in transposed_inputs:
@@ -116,8 +123,10 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     transposed[te_buf] = transposed_inputs[key]
                 for block in emitter.blocks:
                     row_shape = tuple(int(d) for d in block.out.shape[1:])
-                    value[block.key] = _arg(f"{name}_{block.out.name}", (rows,) + row_shape, "float32")
-                    params.append(("value", name, block.key, row_shape))
+                    kept = block.key not in emitter.transient
+                    value[block.key] = _arg(f"{name}_{block.out.name}", ((rows if kept else positions),) + row_shape,
+                                            "float32")
+                    params.append(("value" if kept else "transient", name, block.key, row_shape))
                     adj[block.key] = _arg(f"d_{name}_{block.out.name}", (rows,) + row_shape, "float32")
                     params.append(("adj", name, block.key, row_shape))
                 gathered = {}
@@ -192,6 +201,35 @@ def _emit_add_rows(grad, rows, by, offset, count, lanes):
                 add(as_list(ix))
 
 
+def transient_blocks(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: int, cores: int) -> dict:
+    """{stage: keys of the blocks whose values the training forward need not keep}: the
+    backward ("backward" part) reads no value of theirs, they make no state, and the stage has
+    no block left to the numpy weight pass (which reads the values).  TreeLSTM's gates_sum
+    (5 vectors of H per node, read by its gates alone) is one: its node keeps 7 vectors, not 12."""
+    func, params = level_pass(stages, numpy_stages, program, lanes, True, cores, part="backward")
+    loaded = set()
+    tvm_ffi.structural_walk(func.body, (tvm.ir.TensorLoad, lambda ld: loaded.add(ld.source.name)), order="post")
+    found = {}
+    for name in ("leaf", "internal"):
+        emitter = StageEmitter(stages[name], numpy_stages[name], lanes, cores)
+        compiled_sums = {p[2] for p in params if p[0] in ("weight_read", "gathered") and p[1] == name}
+        reads_weight = {block.key for block in emitter.blocks if _reads_weight(emitter, block)}
+        if reads_weight - compiled_sums:
+            continue
+        states = {emitter._tensor_key(buf) for buf in emitter.output_of.values()}
+        # (a value parameter's buffer is named as `level_pass` names it)
+        found[name] = {block.key for block in emitter.blocks
+                       if block.key not in states and f"{name}_{block.out.name}" not in loaded}
+    return found
+
+
+def _reads_weight(emitter, block) -> bool:
+    found = []
+    tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, lambda ld: found.append(emitter.weight_of(ld.source))),
+                            order="post")
+    return any(weight is not None for weight in found)
+
+
 def _arg(name, shape, dtype):
     return Tb.arg(name, Tb.buffer(shape, dtype, buffer_name=name, align=4))
 
@@ -206,8 +244,10 @@ class LevelPass:
 
     def __init__(self, stages: dict, numpy_stages: dict, program: ra.RecProgram, target):
         info = cpu_info(target)
+        #: stage -> keys of the blocks whose values the forward keeps one level of only
+        self.transient = transient_blocks(stages, numpy_stages, program, info.lanes, info.cores)
         self._build = lambda part, parallel: level_pass(stages, numpy_stages, program, info.lanes, parallel,
-                                                        info.cores, part)
+                                                        info.cores, part, self.transient)
         self.target, self.states, self.cores = target, list(program.states), info.cores
         (forward, self.params), (backward, _) = self._build("forward", True), self._build("backward", True)
         names = (NAMES["forward"][True], NAMES["backward"][True])
@@ -220,7 +260,7 @@ class LevelPass:
                                       and p[1] == stage}
                               for stage in ("leaf", "internal")}
         #: stage -> the row shape of each block's arrays (block key -> shape)
-        self._row_shapes = {stage: {p[2]: p[3] for p in self.params if p[0] == "value" and p[1] == stage}
+        self._row_shapes = {stage: {p[2]: p[3] for p in self.params if p[0] == "adj" and p[1] == stage}
                             for stage in ("leaf", "internal")}
         #: (part, "parallel" or "serial"): the function the last call ran
         self.last_run = None
@@ -290,6 +330,9 @@ class LevelPass:
             elif role == "gathered_sum":                      # the forward leaves it alone
                 weight = param[1]
                 args.append(weights[weight.name] if part == "forward" else gradient(weight))
+            elif role == "transient":                         # one level's rows ("forward"), or all
+                _, stage, _, row_shape = param
+                args.append(self._held_rows(position, _transient_rows(lin, stage, part), row_shape))
             elif role == "state":
                 args.append(states[self.states.index(param[1])])
             elif role == "d_state":
@@ -309,6 +352,14 @@ class LevelPass:
         self.last_run = (part, "serial" if shared else "parallel")
         return reads
 
+    def saved_vectors(self, stage: str) -> int:
+        """Floats per node of `stage` that the training forward keeps for the backward (the
+        values of its blocks, transient ones left out), over the largest state's size: the
+        "vectors per node" of issue 20's memory bound (TreeLSTM: 7 per internal node)."""
+        width = max(int(np.prod(s.shape)) for s in self.states)
+        kept = sum(int(np.prod(p[3])) for p in self.params if p[0] == "value" and p[1] == stage)
+        return kept // width
+
     def _held(self, position, shape) -> np.ndarray:
         """This thread's array for the parameter at `position`, kept between calls (no page
         faults on reuse)."""
@@ -324,3 +375,14 @@ class LevelPass:
     def row_shapes(self, stage: str) -> dict:
         """The row shape of each block's arrays of `stage` (block key -> shape)."""
         return self._row_shapes[stage]
+
+
+def _transient_rows(lin, stage: str, part: str) -> int:
+    """Rows of a transient block's value array: the largest level of the stage for "forward"
+    (one level at a time), every node of it for "all" (one pass over the stage), none for
+    "backward" (which reads no transient value)."""
+    sizes = np.diff(lin.level_offsets)
+    mine = sizes[:1] if stage == "leaf" else sizes[1:]
+    if part == "backward" or mine.size == 0:
+        return 0
+    return int(mine.max() if part == "forward" else mine.sum())

@@ -30,7 +30,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
-from .adjoint_emit import ROW, Unsupported
+from .adjoint_emit import POSITION, ROW, Unsupported
 from .tir_builder import axes_grid, column_chunks, uses
 
 #: values of the tiled axis per iteration of the parallel loop
@@ -122,7 +122,7 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
     adj = bufs["adj"][block.key]
 
     def rewrite(e, mapping, n):
-        mapping = {**mapping, block.position: n, ROW: n}
+        mapping = {**mapping, block.position: n, ROW: n, POSITION: n}
         e = tvm_ffi.structural_map(e, (tvm.ir.TensorLoad, lambda ld: tirx.BufferLoad(adj, list(ld.indices))
                                        if ld.source.same_as(stand_in) else ld), order="post")
         return emitter.rewrite(e, bufs, mapping, offset, count, inner[0] if inner else None)

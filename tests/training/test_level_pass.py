@@ -193,3 +193,36 @@ def _check_gradients_pooled(sst):
     for name in numbers:
         assert np.abs(numbers[name]).max() > 0, name          # the comparison can fail
         np.testing.assert_array_equal(again[name], numbers[name], err_msg=name)
+
+
+def test_values_the_backward_never_reads_are_kept_one_level_at_a_time(sst):
+    """TreeLSTM's gates_sum (5 vectors of H per internal node) is read by its gates alone, never
+    by the backward: the training forward keeps it for one level only (a transient value), and a
+    node keeps 7 vectors (gates, c, h) instead of 12; a leaf 5 instead of 8.  The gradients stay
+    the numpy pass's (the forward then the backward, and the recomputation)."""
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(hidden_size=H, vocab_size=len(vocab))
+    compiled = Adjoint(model.program, model.linearize, make_target("llvm"))
+    level_pass = compiled.level_pass
+    names = {stage: sorted(str(key).split("#")[0] for key in keys) for stage, keys in level_pass.transient.items()}
+    assert names == {"leaf": ["leaf_gates_sum"], "internal": ["gates_sum"]}
+    assert level_pass.saved_vectors("internal") == 7 and level_pass.saved_vectors("leaf") == 5
+    roles = {(p[1], str(p[2]).split("#")[0]): p[0] for p in level_pass.params if p[0] in ("value", "transient")}
+    assert roles[("internal", "gates_sum")] == "transient" and roles[("internal", "gates")] == "value"
+    lin = model.linearize(trees[:12])
+    sizes = np.diff(lin.level_offsets)
+    assert adjoint_kernel._transient_rows(lin, "internal", "forward") == sizes[1:].max() < sizes[1:].sum()
+    assert adjoint_kernel._transient_rows(lin, "internal", "all") == sizes[1:].sum()
+    assert adjoint_kernel._transient_rows(lin, "leaf", "backward") == 0
+    states = model.numpy_forward(lin)
+    d_states = _random_adjoints(states, np.random.default_rng(3))
+    want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, [d.copy() for d in d_states])
+    kept_states, token = compiled.forward(lin, model.weights)
+    for mine, theirs in zip(kept_states, states):
+        np.testing.assert_allclose(mine[lin.node_slots], theirs[lin.node_slots], rtol=0, atol=1e-5)
+    for forwarded in (token, None):                  # the kept values, then the recomputation
+        got = compiled.vjp(lin, kept_states, model.weights, [d.copy() for d in d_states], forwarded=forwarded)
+        assert compiled.level_pass.last_run[0] == ("backward" if forwarded else "all")
+        for weight in want:
+            scale = float(np.abs(want[weight]).max())
+            np.testing.assert_allclose(got[weight], want[weight], rtol=0, atol=2e-5 * scale, err_msg=weight)
