@@ -8,13 +8,15 @@ forward is the compiled kernel, the backward the one generated from the RA progr
     python examples/train_sst.py                       # the bundled SST dev trees, split 80/20
     python examples/train_sst.py --trees train.txt --test dev.txt --epochs 5
 
-Prints each epoch's mean loss, the training time per tree, and node and root accuracy on the
-held-out trees; a progress bar on stderr while an epoch runs.
+Prints how many vectors of h the training forward keeps per node for the backward, then each
+epoch's mean loss, the training time per tree, node and root accuracy on the held-out trees and
+the process's peak resident memory so far; a progress bar on stderr while an epoch runs.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import time
 
@@ -95,6 +97,10 @@ def main(argv=None):
     model, encoder = make_encoder(len(vocab), args.hidden, args.embed, args.seed)
     print(f"TreeLSTM h={args.hidden} x={args.embed}, {len(vocab)} words: compiled with its backward in "
           f"{time.perf_counter() - start:.1f} s; {len(train)} training trees, {len(test)} test trees")
+    level_pass = encoder.compiled.adjoint.level_pass
+    if level_pass is not None:
+        print(f"the training forward keeps {level_pass.saved_vectors('internal')} vectors of h per internal node "
+              f"and {level_pass.saved_vectors('leaf')} per leaf for the backward")
     classifier = torch.nn.Linear(args.hidden, CLASSES)
     optimizer = torch.optim.Adagrad([*encoder.parameters(), *classifier.parameters()], lr=args.lr,
                                     weight_decay=args.weight_decay)
@@ -109,7 +115,8 @@ def main(argv=None):
         print(file=sys.stderr)
         nodes, roots = accuracy(encoder, classifier, test)
         print(f"epoch {epoch}: loss {np.mean(losses):.4f}, {1e3 * seconds / len(train):.2f} ms per training tree "
-              f"({len(train) / seconds:.0f} trees/s); test accuracy: nodes {nodes:.3f}, roots {roots:.3f}", flush=True)
+              f"({len(train) / seconds:.0f} trees/s); test accuracy: nodes {nodes:.3f}, roots {roots:.3f}; "
+              f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB", flush=True)
     return 0
 
 

@@ -67,7 +67,9 @@ def test_the_training_example_runs_on_the_bundled_trees():
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     epochs = [line for line in proc.stdout.splitlines() if line.startswith("epoch")]
-    assert len(epochs) == 2 and all("trees/s" in e and "test accuracy" in e for e in epochs), proc.stdout
+    assert len(epochs) == 2 and all("trees/s" in e and "test accuracy" in e and "peak RSS" in e
+                                    for e in epochs), proc.stdout
+    assert "keeps 7 vectors of h per internal node and 5 per leaf" in proc.stdout
     loss = [float(e.split("loss ")[1].split(",")[0]) for e in epochs]
     assert loss[1] < loss[0], epochs
     assert "batches, loss" in proc.stderr                     # the progress bar
