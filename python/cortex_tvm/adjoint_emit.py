@@ -10,9 +10,9 @@ level's nodes) and adds loop nests to a function being built (`adjoint_kernel.le
   numpy weight pass the rest), one nest adds ``adjoint(block) * d body / d read`` to the
   read's element, by the rules of `adjoint.py` (`partials`).
 
-A level's nodes go in one run per core (`_runs`), each in tiles of NODE_TILE, the rest in
-tiles of 1, 2 and 4 (`_Run`); each nest runs over all of the run's tiles before the next nest
-(a node's nests depend only on its own earlier ones).  Axes of a block that a nest's indices do
+A level's nodes go in one run per core (`adjoint_runs.runs`), each in tiles of NODE_TILE, the
+rest in tiles of 1, 2 and 4 (`adjoint_runs.Run`); each nest runs over all of the run's tiles
+before the next nest (a node's nests depend only on its own earlier ones).  Axes of a block that a nest's indices do
 not use are summed first, in a register tile of SUMS_IN_FLIGHT sums (the tile's nodes x
 SUMS_IN_FLIGHT / nodes vectors of the indices' last axis), so each weight vector read serves
 the whole tile, and the run's whole tiles take their turns inside each chunk of columns, so
@@ -39,6 +39,7 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
 from . import ra
+from .adjoint_runs import runs
 from .linearize import NULL_SLOT
 from .stage_numpy import sblocks
 from .tir_builder import as_list, axes_grid, column_chunks, uses, vector_loop
@@ -178,7 +179,7 @@ class StageEmitter:
                 value = tirx.BufferLoad(block.out, [block.position] + list(block.out_indices[1:]))
                 for load, coeff in self.partials(block.body, adj_out, (block.body, value)):
                     self._emit_sink(block, load, coeff, bufs, run)
-        _runs(offset, size, row_base, parallel, self.shares if parallel else 1, adjoints)
+        runs(offset, size, row_base, parallel, self.shares if parallel else 1, adjoints)
 
     def emit_recompute(self, bufs, offset, size, parallel: bool, row_base=0, write_states: bool = False):
         """Add the computation of every block's value for the stage's nodes [offset, offset +
@@ -192,7 +193,7 @@ class StageEmitter:
                 def write_state(state, value, row, node):
                     Tb.buffer_store(bufs["state"][state], value[row], node)
                 run.each(lambda level: self._state_elements(level, bufs["value"], write_state))
-        _runs(offset, size, row_base, parallel, self.shares if parallel else 1, values)
+        runs(offset, size, row_base, parallel, self.shares if parallel else 1, values)
 
     def _zero_rows(self, level, arrays):
         """Zero the rows of the level's nodes in each of `arrays` (rows, *row shape)."""
@@ -302,7 +303,7 @@ class StageEmitter:
         self._emit_nest(block, block.out_indices, block.body, bufs, run, store)
 
     def _emit_nest(self, block, indices, coeff, bufs, run, write, skip_null=None):
-        """One loop nest over a run of nodes (`_Run`), tile by tile: `coeff` summed over the
+        """One loop nest over a run of nodes (`Run`), tile by tile: `coeff` summed over the
         block's axes that `indices` do not use, then `write(rewrite, value)` at each element
         they index.  The summed axes run outside a tile's nodes, so each weight vector they
         read serves every node of the tile (`accumulated`), and the run's whole tiles take
@@ -414,8 +415,9 @@ class StageEmitter:
     def rewrite(self, e, bufs, mapping, offset, size, inner=None):
         """`e` (over the block's axes and the stage's buffers) in the function's terms: axes by
         `mapping` (with ROW: the node's row, POSITION: its position in the level), the level's
-        offset, stage tensors by their value arrays' rows (a transient block's by position); a weight in `bufs["transposed"]` read with `inner` in its first index only,
-        from its transpose."""
+        offset, stage tensors by their value arrays' rows (a transient block's by position); a
+        weight in `bufs["transposed"]` read with `inner` in its first index only, from its
+        transpose."""
         row, position = mapping[ROW], mapping.get(POSITION)
         variables = {self.stage.offset: offset, self.stage.size: size}
 
@@ -462,87 +464,11 @@ def _derivative(op_name, y):
     return tirx.Let(bound, y, _CALL_RULES[op_name](bound))
 
 
-class _Level:
-    """`tile_size` nodes of a level, from position `first`, while their loop nests are built."""
-
-    def __init__(self, first, tile_size, offset, size, row_base):
-        self.first, self.tile_size = first, tile_size
-        self.offset, self.size, self.row_base = offset, size, row_base
-
-    def node(self, t):
-        """(position, row) of the t-th node."""
-        position = self.first + t
-        return position, self.row_base + position
-
-    @contextlib.contextmanager
-    def nodes(self, positions=False, tile_index=False):
-        """A loop over the nodes: yields (row, node), or (position, row) with positions=True, plus
-        the index among them."""
-        with Tb.serial(0, self.tile_size) as t:
-            position, row = self.node(t)
-            first = (position, row) if positions else (row, self.offset + position)
-            yield first + ((t,) if tile_index else ())
-
-
-class _Run:
-    """One core's run of a level's nodes, positions [first, first + count) of the level: whole
-    tiles of NODE_TILE nodes, then the rest in tiles of REST_TILES, one of each whose bit is set
-    in the rest (a run of 7 nodes: tiles of 1, 2 and 4, so each weight vector read serves up to
-    4 nodes, not 1)."""
-
-    def __init__(self, first, count, offset, size, row_base):
-        self.first, self.count = first, count
-        self.offset, self.size, self.row_base = offset, size, row_base
-        self.whole = Tb.bind(count // NODE_TILE)
-
-    def tiles(self) -> list:
-        """[(tile size, a context manager giving the `_Level` of each tile of that size, whether
-        it is a loop)]: the whole tiles' loop, then an If for each rest tile."""
-        @contextlib.contextmanager
-        def whole_tiles():
-            with Tb.serial(0, self.whole) as tile:
-                yield _Level(self.first + tile * NODE_TILE, NODE_TILE, self.offset, self.size, self.row_base)
-        kinds = [(NODE_TILE, whole_tiles, True)]
-        rest = self.count - self.whole * NODE_TILE
-        for size in REST_TILES:
-            @contextlib.contextmanager
-            def rest_tile(size=size):
-                # the rest's bits above `size` are the nodes the larger rest tiles took
-                with Tb.If(rest // size % 2 == 1):
-                    with Tb.Then():
-                        yield _Level(self.first + self.whole * NODE_TILE + rest // (2 * size) * (2 * size), size,
-                                     self.offset, self.size, self.row_base)
-            kinds.append((size, rest_tile, False))
-        return kinds
-
-    def each(self, body):
-        """body(_Level) for each tile of the run."""
-        for _, tiles, _ in self.tiles():
-            with tiles() as level:
-                body(level)
-
-
-def _runs(offset, size, row_base, parallel, shares, body):
-    """body(_Run) for the nodes [offset, offset + size), split into `shares` runs of equal size
-    (give or take a node), one per iteration of a loop, parallel or not.  Runs of equal size
-    keep the cores equally busy (24 nodes on 2 cores: 12 each, not two tiles of 8 on one and 4
-    on the other), with one fork and join per level."""
-    loop = Tb.parallel if parallel else Tb.serial
-    with loop(0, shares) as share:
-        first = Tb.bind(size * share // shares)
-        count = Tb.bind(size * (share + 1) // shares - first)
-        body(_Run(first, count, offset, size, row_base))
-
-
 #: stands for the row of the node in a stage's value and adjoint arrays in expressions built
 #: before the node's loop exists
 ROW = tirx.Var("row", "int32")
 #: likewise the node's position in its level (the row of a transient block's value array)
 POSITION = tirx.Var("position", "int32")
-#: nodes per iteration of a level's loop: a weight row read by a contraction serves them all
-NODE_TILE = 8
-#: the tiles of the nodes past a run's whole tiles: one of each whose bit is set in the rest
-REST_TILES = (1, 2, 4)
 #: the sums a register tile keeps in flight: its nodes x SUMS_IN_FLIGHT / nodes vectors (16,
 #: as 8 nodes x 2 vectors or 16 nodes x 1, ran 1.5-2.3x slower on Zen 4 for TreeLSTM H=150)
 SUMS_IN_FLIGHT = 8
