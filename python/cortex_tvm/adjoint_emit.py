@@ -375,22 +375,20 @@ class StageEmitter:
                         lanes_of(lambda lane, mi: write(rewriter({**outer_map, **mi}, position, row), acc[t, lane]))
 
             for tile_size, tiles, is_loop in run.tiles():
-                def chunks(on_tile, tile_size=tile_size):
+                def over_columns(chunk, width=self.lanes * (SUMS_IN_FLIGHT // tile_size)):
                     if inner is None:
-                        on_tile(lambda level: columns(level, None, 1, False))
+                        chunk(None, 1, False)
                     else:
-                        column_chunks(inner[1], self.lanes * (SUMS_IN_FLIGHT // tile_size),
-                                      lambda column_of, width, vector: on_tile(
-                                          lambda level: columns(level, column_of, width, vector)))
-
-                def each_tile(body, tiles=tiles):
-                    with tiles() as level:
-                        body(level)
-                if is_loop:                     # the whole tiles' loop inside each chunk
-                    chunks(each_tile)
+                        column_chunks(inner[1], width, chunk)
+                if is_loop:                     # the whole tiles' loop inside each chunk of columns
+                    def in_each_tile(column_of, width, vector, tiles=tiles):
+                        with tiles() as level:
+                            columns(level, column_of, width, vector)
+                    over_columns(in_each_tile)
                 else:                           # a rest tile's condition outside its chunks
                     with tiles() as level:
-                        chunks(lambda body, level=level: body(level))
+                        over_columns(lambda column_of, width, vector, level=level:
+                                     columns(level, column_of, width, vector))
 
         nest(outer, accumulated if summed else direct)
 

@@ -31,13 +31,17 @@ import numpy as np
 _ONLY_THE_POOL = 3
 
 
-def held_rows(held: dict, key, count: int, row_shape, dtype=np.float32) -> np.ndarray:
-    """The first `count` rows of the array `held[key]`, kept between calls and grown by
-    doubling, at least to `count` (a batch's node count changes from call to call)."""
+def held_rows(held: dict, key, count: int, row_shape) -> np.ndarray:
+    """The first `count` rows of the float32 array `held[key]`, kept between calls and grown by
+    doubling, at least to `count` (a batch's node count changes from call to call); a new
+    row shape starts a new array."""
+    row_shape = tuple(row_shape)
     array = held.get(key)
-    if array is None or array.shape[0] < count or array.shape[1:] != tuple(row_shape) or array.dtype != dtype:
-        grown = count if array is None or array.shape[1:] != tuple(row_shape) else max(count, 2 * array.shape[0])
-        array = held[key] = np.empty((grown,) + tuple(row_shape), dtype)
+    if array is not None and array.shape[1:] != row_shape:
+        array = None
+    if array is None or array.shape[0] < count:
+        grown = count if array is None else max(count, 2 * array.shape[0])
+        array = held[key] = np.empty((grown,) + row_shape, np.float32)
     return array[:count]
 
 
