@@ -107,19 +107,23 @@ class Adjoint:
         if self.level_pass is None or not self.level_pass.forward_pays(lin):
             return None
         states = [np.zeros((lin.num_slots,) + s.shape, np.float32) for s in self.program.states]
-        self.level_pass(lin, states, weights, None, self._levels(lin, states, weights, None), part="forward")
+        self.level_pass(lin, states, weights, None, self._levels(lin, states, weights, None, True), part="forward")
         token = self._held.__dict__["forwarded"] = object()
         return states, token
 
-    def _levels(self, lin, states, weights, d_states) -> dict:
+    def _levels(self, lin, states, weights, d_states, states_as_values: bool) -> dict:
         """{stage: _Level over all of its nodes} with this thread's value and adjoint arrays for
-        the compiled pass, as the last call left them (its levels zero their own adjoint rows)."""
+        the compiled pass, as the last call left them (its levels zero their own adjoint rows);
+        states_as_values: the values of the blocks that make a state are the state's rows of
+        `states` (the "forward" and "backward" parts), not arrays of their own ("all")."""
         whole = {}
         for name, (start, end) in _stage_ranges(lin).items():
             if end > start:
+                in_states = {key: states[index][start:end]
+                             for key, index in self.level_pass.state_values[name].items()} if states_as_values else {}
                 whole[name] = _Level(self.stages[name], lin, states, weights, d_states, start, end - start)
                 whole[name].allocate(self.level_pass.row_shapes(name), self._workspace(name),
-                                     self.level_pass.transient.get(name, ()))
+                                     self.level_pass.transient.get(name, ()), in_states)
         return whole
 
     def vjp(self, lin, states: list, weights: dict, d_states: list, forwarded=None, scratch=False) -> dict:
@@ -172,12 +176,12 @@ class Adjoint:
                     if self.features is not None:
                         whole[name].grads_of_features = grads[self.features.name]
         else:                                                 # the compiled pass has or makes the values
-            whole = self._levels(lin, states, weights, d_states)
-        skip = {}
-        if self.level_pass is not None:                       # first pass: the levels, top down
             kept = forwarded is not None and self._held.__dict__.get("forwarded") is forwarded
             if not kept:                          # the recomputation overwrites the last forward's values
                 self._held.__dict__["forwarded"] = None
+            whole = self._levels(lin, states, weights, d_states, kept)
+        skip = {}
+        if self.level_pass is not None:                       # first pass: the levels, top down
             reads = self.level_pass(lin, states, weights, d_states, whole, part="backward" if kept else "all",
                                     gradient=grads.of)
             for weight, index, sums, layout_key in reads:
@@ -260,16 +264,19 @@ class _Level:
         self.values, self.memo = self.stage.evaluate(self.env, self.offset, self.size, self.cache)
         self.adjoints = {b.out: np.zeros_like(self.values[b.out]) for b in self.stage.blocks}
 
-    def allocate(self, row_shapes: dict, workspace: dict, transient=()):
+    def allocate(self, row_shapes: dict, workspace: dict, transient=(), in_states=None):
         """Arrays for every block's value (but those of `transient` blocks, which the compiled
-        pass keeps itself) and adjoint, both written by the compiled pass (which zeroes each
+        pass keeps itself, and those `in_states` gives: {key: the state's rows}) and adjoint,
+        both written by the compiled pass (which zeroes each
         level's adjoint rows before adding into them), rows of `workspace`'s arrays, which the
         next call reuses: fresh memory costs a page fault per 4 KB at its first write (about 10
         ms a step for TreeLSTM h=150, batch 25, here)."""
         self.values, self.adjoints = {}, {}
         for key, shape in row_shapes.items():
             self.adjoints[key] = held_rows(workspace, ("adjoint", key), self.size, shape)
-            if key not in transient:
+            if key in (in_states or {}):
+                self.values[key] = in_states[key]
+            elif key not in transient:
                 self.values[key] = held_rows(workspace, ("value", key), self.size, shape)
         self.transient = frozenset(transient)
         self.memo = {}

@@ -98,7 +98,22 @@ class StageEmitter:
         #: backward does not): their value arrays hold one level's nodes, indexed by position in
         #: the level (`adjoint_kernel.transient_blocks`)
         self.transient = set()
+        #: states whose rows are the value arrays of the blocks that make them (`state_blocks`):
+        #: the forward writes those states by writing the values
+        self.state_values = set()
         self._positions = [block.position for block in self.blocks]
+
+    def state_blocks(self) -> dict:
+        """{state: key of the block that makes it} where the block's row is the state's row
+        (same shape and dtype): one array can hold both, the state's rows of the stage's nodes."""
+        found = {}
+        for state, out_buf in self.output_of.items():
+            key = self._tensor_key(out_buf)
+            block = next((b for b in self.blocks if b.key == key), None)
+            if (block is not None and key not in found.values() and str(block.out.dtype) == state.dtype
+                    and tuple(int(d) for d in block.out.shape[1:]) == tuple(state.shape)):
+                found[state] = key
+        return found
 
     # -- what a read is (buffers compared with same_as: TVM objects hash by handle) -------------
     def _tensor_key(self, buf):
@@ -192,7 +207,8 @@ class StageEmitter:
             if write_states:
                 def write_state(state, value, row, node):
                     Tb.buffer_store(bufs["state"][state], value[row], node)
-                run.each(lambda level: self._state_elements(level, bufs["value"], write_state))
+                # (a state whose rows are its block's value array is written with the value)
+                run.each(lambda level: self._state_elements(level, bufs["value"], write_state, self.state_values))
         runs(offset, size, row_base, parallel, self.shares if parallel else 1, values)
 
     def _zero_rows(self, level, arrays):
@@ -213,11 +229,13 @@ class StageEmitter:
                     with Tb.grid(*shape[:-1]) as ix:
                         at(as_list(ix))
 
-    def _state_elements(self, level, arrays, body):
+    def _state_elements(self, level, arrays, body, skip=()):
         """body(state, the array of `arrays` of the block that makes the state, its element's
         index at the node's row, the state's element's index at the node) for every element of
-        every state of the level's nodes."""
+        every state of the level's nodes but those in `skip`."""
         for state, out_buf in self.output_of.items():
+            if state in skip:
+                continue
             array = arrays[self._tensor_key(out_buf)]
             with level.nodes() as (row, node):
                 with Tb.grid(*state.shape) as ix:

@@ -72,6 +72,10 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     weight, node input) for each read through the node's input: the adjoint of the weight's row
     that each node (a row of the stage) reads, and ("gathered_sum", weight) for each weight read
     so: its gradient (zeros from the caller), into which the function adds those rows.
+    In "forward" and "backward", the value array of a block that makes a state
+    (`StageEmitter.state_blocks`) is the state's rows of the stage's nodes (its value
+    parameter, the same rows, is not read): the forward keeps each state once; "all", which
+    recomputes the values on states another kernel computed, writes its own value arrays.
     transient: {stage: keys of the blocks whose values the backward never reads}
     (`transient_blocks`): their value parameters are ("transient", stage, key, row shape)
     instead, arrays of rows by position in a level (`StageEmitter.transient`): one level's
@@ -137,6 +141,26 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     params.append(("gathered", name, block.key, weight, node_input))
                 per_stage[name] = {"value": value, "adj": adj, "placeholder": placeholders, "d_state": d_states,
                                    "transposed": transposed, "gathered": gathered, "state": states}
+            # the weights' gradients: every parameter comes before the first statement
+            sums, dense = [], {}
+            for name, first, last in (("leaf", 0, 1), ("internal", 1, L1 - 1)):
+                for block, stand_in, reads in weight_reads[name]:
+                    for ordinal, (load, coeff, axes) in enumerate(reads):
+                        shape = tuple(int(ext) for _, ext in axes)
+                        out = _arg(f"grad_{name}_{block.out.name}_{ordinal}", shape, "float32")
+                        params.append(("weight_read", name, block.key, ordinal, shape,
+                                       emitters[name].weight_of(load.source), index_arrays(load, axes)))
+                        sums.append((name, first, last, block, stand_in, load, coeff, axes, out))
+            for name in ("leaf", "internal"):
+                for block, load, node_input in emitters[name].gathered:
+                    weight = emitters[name].weight_of(load.source)
+                    if weight not in dense:
+                        dense[weight] = _arg(f"grad_{weight.name}", weight.shape, "float32")
+                        params.append(("gathered_sum", weight))
+            for name, emitter in emitters.items():
+                if part != "all":
+                    emitter.state_values = _state_rows(emitter, per_stage[name]["value"], states,
+                                                       level_offsets[0 if name == "leaf" else 1])
             leaves = (level_offsets[0], level_offsets[1] - level_offsets[0])
             if part == "all":
                 # every node's values first (no recursion left: the states are known), then the levels
@@ -158,31 +182,30 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     emitters["internal"].emit_level(per_stage["internal"], start, level_offsets[level + 1] - start,
                                                     start - level_offsets[1], parallel)
                 emitters["leaf"].emit_level(per_stage["leaf"], *leaves, 0, parallel)
-            # the gradients of the weights every level reads alike, over all of a stage's nodes
-            for name, first, last in (("leaf", 0, 1), ("internal", 1, L1 - 1)):
-                for block, stand_in, reads in weight_reads[name]:
-                    for ordinal, (load, coeff, axes) in enumerate(reads):
-                        shape = tuple(int(ext) for _, ext in axes)
-                        out = _arg(f"grad_{name}_{block.out.name}_{ordinal}", shape, "float32")
-                        params.append(("weight_read", name, block.key, ordinal, shape,
-                                       emitters[name].weight_of(load.source), index_arrays(load, axes)))
-                        if part != "forward":
-                            emit_weight_read(emitters[name], block, stand_in, load, coeff, axes, out,
-                                             per_stage[name], level_offsets[first],
-                                             level_offsets[last] - level_offsets[first])
-            # the rows read through the node's input, added into the weight's gradient by the
-            # input: serially, node after node (a word recurs; a fixed order, no atomics)
-            dense = {}
-            for name, first, last in (("leaf", 0, 1), ("internal", 1, L1 - 1)):
-                for index, (block, load, node_input) in enumerate(emitters[name].gathered):
-                    weight = emitters[name].weight_of(load.source)
-                    if weight not in dense:
-                        dense[weight] = _arg(f"grad_{weight.name}", weight.shape, "float32")
-                        params.append(("gathered_sum", weight))
-                    if part != "forward":
+                # the gradients of the weights every level reads alike, over all of a stage's nodes
+                for name, first, last, block, stand_in, load, coeff, axes, out in sums:
+                    emit_weight_read(emitters[name], block, stand_in, load, coeff, axes, out, per_stage[name],
+                                     level_offsets[first], level_offsets[last] - level_offsets[first])
+                # the rows read through the node's input, added into the weight's gradient by the
+                # input: serially, node after node (a word recurs; a fixed order, no atomics)
+                for name, first, last in (("leaf", 0, 1), ("internal", 1, L1 - 1)):
+                    for index, (block, load, node_input) in enumerate(emitters[name].gathered):
+                        weight = emitters[name].weight_of(load.source)
                         _emit_add_rows(dense[weight], per_stage[name]["gathered"][index], inputs[node_input],
                                        level_offsets[first], level_offsets[last] - level_offsets[first], lanes)
     return fast_math.rewrite(ib.get()), params
+
+
+def _state_rows(emitter, value: dict, states: dict, first_node) -> set:
+    """Point the value arrays (`value`, key -> buffer) of the stage's blocks that make a
+    state at the state's rows of the stage's nodes, from `first_node` on: one array holds both
+    (`StageEmitter.state_blocks`).  Returns those states (a DeclBuffer each: after the last
+    parameter)."""
+    for state, key in emitter.state_blocks().items():
+        row = value[key]
+        value[key] = Tb.decl_buffer(row.shape, "float32", data=states[state].data,
+                                    elem_offset=first_node * int(np.prod([int(d) for d in row.shape[1:]])))
+    return set(emitter.state_blocks())
 
 
 def _emit_add_rows(grad, rows, by, offset, count, lanes):
@@ -249,6 +272,11 @@ class LevelPass:
         self._build = lambda part, parallel: level_pass(stages, numpy_stages, program, info.lanes, parallel,
                                                         info.cores, part, self.transient)
         self.target, self.states, self.cores = target, list(program.states), info.cores
+        #: stage -> {key of a block that makes a state: the state's index}: in "forward" and
+        #: "backward" the block's value array is the state's rows (`level_pass`)
+        self.state_values = {name: {key: self.states.index(state) for state, key in
+                                    StageEmitter(stages[name], numpy_stages[name], info.lanes).state_blocks().items()}
+                             for name in ("leaf", "internal")}
         (forward, self.params), (backward, _) = self._build("forward", True), self._build("backward", True)
         names = (NAMES["forward"][True], NAMES["backward"][True])
         executable = tvm.compile(tvm.IRModule(dict(zip(names, (forward, backward)))), target=target,
@@ -353,11 +381,14 @@ class LevelPass:
         return reads
 
     def saved_vectors(self, stage: str) -> int:
-        """Floats per node of `stage` that the training forward keeps for the backward (the
-        values of its blocks, transient ones left out), over the largest state's size: the
-        "vectors per node" of issue 20's memory bound (TreeLSTM: 7 per internal node)."""
+        """Floats per node of `stage` that the training forward keeps for the backward (its
+        states, and the values of its blocks but the transient ones and those held in the
+        state rows), over the largest state's size: the "vectors per node" of issue 20's
+        memory bound (TreeLSTM: 7 per internal node, 5 per leaf)."""
         width = max(int(np.prod(s.shape)) for s in self.states)
-        kept = sum(int(np.prod(p[3])) for p in self.params if p[0] == "value" and p[1] == stage)
+        kept = sum(int(np.prod(s.shape)) for s in self.states)
+        kept += sum(int(np.prod(p[3])) for p in self.params
+                    if p[0] == "value" and p[1] == stage and p[2] not in self.state_values[stage])
         return kept // width
 
     def _held(self, position, shape) -> np.ndarray:

@@ -195,6 +195,30 @@ def _check_gradients_pooled(sst):
         np.testing.assert_array_equal(again[name], numbers[name], err_msg=name)
 
 
+def test_the_forward_keeps_each_state_once(sst):
+    """The values of TreeLSTM's c and h blocks are the rows of the state arrays the forward
+    returns, not arrays of their own beside them: between the forward and the pullback a node
+    holds its gates (5 vectors of H; 3 at a leaf) and its two states, 7 vectors (5 at a leaf),
+    where it held 9 (7) before.  The recomputing pass ("all", on states another kernel made)
+    keeps arrays of its own and leaves the states alone."""
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(hidden_size=H, vocab_size=len(vocab))
+    compiled = Adjoint(model.program, model.linearize, make_target("llvm"))
+    lin = model.linearize(trees[:12])
+    states, token = compiled.forward(lin, model.weights)
+    for stage, gates in (("internal", 5), ("leaf", 3)):
+        widths = {str(key[1]).split("#")[0]: int(np.prod(array.shape[1:]))
+                  for key, array in compiled._workspace(stage).items() if key[0] == "value"}
+        assert sum(widths.values()) == gates * H, widths
+        assert compiled.level_pass.saved_vectors(stage) == gates + 2
+    before = [s.copy() for s in states]
+    d_states = _random_adjoints(states, np.random.default_rng(5))
+    for forwarded in (token, None):
+        compiled.vjp(lin, states, model.weights, [d.copy() for d in d_states], forwarded=forwarded)
+        for mine, kept in zip(states, before):
+            np.testing.assert_array_equal(mine, kept)
+
+
 def test_values_the_backward_never_reads_are_kept_one_level_at_a_time(sst):
     """TreeLSTM's gates_sum (5 vectors of H per internal node) is read by its gates alone, never
     by the backward: the training forward keeps it for one level only (a transient value), and a
