@@ -8,30 +8,17 @@ level's nodes) and adds loop nests to a function being built (`adjoint_kernel.le
   a stage tensor or a child's state (a *sink*; weights are not sinks here: `adjoint_weights`
   differentiates the node-independent ones with the same `partials` (`weight_sinks`), the
   numpy weight pass the rest), one nest adds ``adjoint(block) * d body / d read`` to the
-  read's element, by the rules of `adjoint.py` (`partials`).
+  read's element, by the rules of `adjoint_numpy.py` (`partials`).
 
 A level's nodes go in one run per core (`adjoint_runs.runs`), each in tiles of NODE_TILE, the
-rest in tiles of 1, 2 and 4 (`adjoint_runs.Run`); each nest runs over all of the run's tiles
-before the next nest (a node's nests depend only on its own earlier ones).  Axes of a block that a nest's indices do
-not use are summed first, in a register tile of SUMS_IN_FLIGHT sums (the tile's nodes x
-SUMS_IN_FLIGHT / nodes vectors of the indices' last axis), so each weight vector read serves
-the whole tile, and the run's whole tiles take their turns inside each chunk of columns, so
-the weights that chunk reads stay in the cache from tile to tile.  TreeLSTM's
-``gates_sum[n, g, i] = sum_{j,k} U[g*H + i, j*H + k] * h[children[n, j], k]`` gives, per run::
-
-    for j, k_outer:                          # the read h[children[n, j], k] uses (j, k)
-        for tile in the run's whole tiles:
-            acc[t, lane] = 0
-            for g, i:  acc[t, lane] += d_gates_sum[row_t, g, i] * U[g*H + i, j*H + 8*k_outer + lane]
-            d_h[children[offset + n_t, j], 8*k_outer + lane] += acc[t, lane]     (a real child only)
-    (then the rest's tiles, each under its own condition)
+rest in tiles of 1, 2 and 4 (`adjoint_runs.Run`); each nest (`adjoint_nest.emit_nest`: sums
+in register tiles) runs over all of the run's tiles before the next nest (a node's nests
+depend only on its own earlier ones).
 
 A shape this does not emit (a stage tensor read at another node's row, say) raises
 `Unsupported`, and the numpy backward runs instead.
 """
 from __future__ import annotations
-
-import contextlib
 
 import tvm
 import tvm_ffi
@@ -39,10 +26,10 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
 from . import ra
+from .adjoint_nest import POSITION, ROW, emit_nest
 from .adjoint_runs import runs
-from .linearize import NULL_SLOT
 from .stage_numpy import sblocks
-from .tir_builder import as_list, axes_grid, column_chunks, uses, vector_loop
+from .tir_builder import as_list, uses, vector_loop
 
 
 class Unsupported(Exception):
@@ -293,12 +280,12 @@ class StageEmitter:
                 Tb.buffer_store(buf, buf[idx] + value, idx)
             return add
         if gathered is not None:                  # the node's row of the weight's adjoint rows
-            self._emit_nest(block, load.indices, coeff, bufs, run, add_to_row(bufs["gathered"][gathered]))
+            emit_nest(self, block, load.indices, coeff, bufs, run, add_to_row(bufs["gathered"][gathered]))
             return
         if key is not None:
             if not (load.indices and load.indices[0].same_as(block.position)):
                 raise Unsupported(f"block {block.name!r} reads the stage tensor {load.source.name} at another node")
-            self._emit_nest(block, load.indices, coeff, bufs, run, add_to_row(bufs["adj"][key]))
+            emit_nest(self, block, load.indices, coeff, bufs, run, add_to_row(bufs["adj"][key]))
             return
         if not any(uses(i, block.position) for i in load.indices):
             raise Unsupported(f"block {block.name!r} reads the state {load.source.name} without its node")
@@ -309,7 +296,7 @@ class StageEmitter:
             Tb.buffer_store(buf, buf[idx] + value, idx)
         # every missing child reads the null node: its adjoint is never read, and skipping it
         # keeps the parallel nodes from writing one row
-        self._emit_nest(block, load.indices, coeff, bufs, run, add_state, skip_null=load.indices[0])
+        emit_nest(self, block, load.indices, coeff, bufs, run, add_state, skip_null=load.indices[0])
 
     def _emit_value(self, block, bufs, run):
         """The block's value for the run's nodes, into its value array (the recomputation)."""
@@ -318,97 +305,7 @@ class StageEmitter:
             first = POSITION if block.key in self.transient else ROW
             idx = [rewrite(first)] + [rewrite(i) for i in block.out_indices[1:]]
             Tb.buffer_store(buf, value, idx)
-        self._emit_nest(block, block.out_indices, block.body, bufs, run, store)
-
-    def _emit_nest(self, block, indices, coeff, bufs, run, write, skip_null=None):
-        """One loop nest over a run of nodes (`Run`), tile by tile: `coeff` summed over the
-        block's axes that `indices` do not use, then `write(rewrite, value)` at each element
-        they index.  The summed axes run outside a tile's nodes, so each weight vector they
-        read serves every node of the tile (`accumulated`), and the run's whole tiles take
-        their turns inside each chunk of columns, so the weights' slice that a chunk reads
-        stays in the cache from one tile to the next; a nest with no summed axis is
-        elementwise (`direct`)."""
-        index_vars = set()
-        for index in indices:
-            tvm_ffi.structural_walk(index, (tvm.ir.Var, lambda v: index_vars.add(v)), order="post")
-        free = [(v, ext) for v, ext in block.axes if not v.same_as(block.position)]
-        used = [(v, ext) for v, ext in free if any(v.same_as(u) for u in index_vars)]
-        summed = [(v, ext) for v, ext in free if not any(v.same_as(u) for u, _ in used)]
-        inner = next(((v, ext) for v, ext in used if v.same_as(indices[-1])), None)
-        outer = [(v, ext) for v, ext in used if inner is None or not v.same_as(inner[0])]
-        inner_axes = [inner] if inner else []
-
-        def nest(axes, body):
-            if axes and axes is inner_axes:
-                vector_loop(inner[1], self.lanes, lambda k: body({inner[0]: k}))
-            else:
-                axes_grid(axes, body)
-
-        def rewriter(mapping, position, row):
-            mapping = {**mapping, block.position: position, ROW: row, POSITION: position}
-            return lambda e: self.rewrite(e, bufs, mapping, run.offset, run.size,
-                                           inner[0] if inner else None)
-
-        @contextlib.contextmanager
-        def real_child(outer_map, position, row):
-            if skip_null is None or (inner and uses(skip_null, inner[0])):
-                yield
-                return
-            with Tb.If(rewriter(outer_map, position, row)(skip_null) != NULL_SLOT):
-                with Tb.Then():
-                    yield
-
-        def direct(outer_map):
-            def on_tile(level):
-                with level.nodes(positions=True) as (position, row):
-                    with real_child(outer_map, position, row):
-                        def at(m):
-                            rewrite = rewriter({**outer_map, **m}, position, row)
-                            write(rewrite, rewrite(coeff))
-                        nest(inner_axes, at)
-            run.each(on_tile)
-
-        def accumulated(outer_map):
-            """A register tile of SUMS_IN_FLIGHT accumulators: the tile's nodes x SUMS_IN_FLIGHT /
-            nodes vectors of the indices' last axis (a tile of one node still has SUMS_IN_FLIGHT
-            independent sums in flight, not one chain of dependent FMAs)."""
-            def columns(level, column_of, width, vector):
-                acc = Tb.alloc_buffer((level.tile_size, width), "float32", scope="local")
-                lane_loop = Tb.vectorized if vector else Tb.serial
-
-                def lanes_of(body):
-                    with lane_loop(0, width) as lane:
-                        body(lane, {inner[0]: column_of(lane)} if inner else {})
-                with Tb.unroll(0, level.tile_size) as t:
-                    lanes_of(lambda lane, _: Tb.buffer_store(acc, tirx.const(0.0, "float32"), [t, lane]))
-
-                def accumulate(m):
-                    with Tb.unroll(0, level.tile_size) as t:
-                        position, row = level.node(t)
-                        lanes_of(lambda lane, mi: Tb.buffer_store(
-                            acc, acc[t, lane] + rewriter({**outer_map, **m, **mi}, position, row)(coeff), [t, lane]))
-                nest(summed, accumulate)
-                with level.nodes(positions=True, tile_index=True) as (position, row, t):
-                    with real_child(outer_map, position, row):
-                        lanes_of(lambda lane, mi: write(rewriter({**outer_map, **mi}, position, row), acc[t, lane]))
-
-            for tile_size, tiles, is_loop in run.tiles():
-                def over_columns(chunk, width=self.lanes * (SUMS_IN_FLIGHT // tile_size)):
-                    if inner is None:
-                        chunk(None, 1, False)
-                    else:
-                        column_chunks(inner[1], width, chunk)
-                if is_loop:                     # the whole tiles' loop inside each chunk of columns
-                    def in_each_tile(column_of, width, vector, tiles=tiles):
-                        with tiles() as level:
-                            columns(level, column_of, width, vector)
-                    over_columns(in_each_tile)
-                else:                           # a rest tile's condition outside its chunks
-                    with tiles() as level:
-                        over_columns(lambda column_of, width, vector, level=level:
-                                     columns(level, column_of, width, vector))
-
-        nest(outer, accumulated if summed else direct)
+        emit_nest(self, block, block.out_indices, block.body, bufs, run, store)
 
     def transposed_reads(self):
         """The 2-D weights some block reads with its vector axis in the first dimension only
@@ -478,13 +375,3 @@ def _derivative(op_name, y):
         return _CALL_RULES[op_name](y)
     bound = tirx.Var("y", "float32")
     return tirx.Let(bound, y, _CALL_RULES[op_name](bound))
-
-
-#: stands for the row of the node in a stage's value and adjoint arrays in expressions built
-#: before the node's loop exists
-ROW = tirx.Var("row", "int32")
-#: likewise the node's position in its level (the row of a transient block's value array)
-POSITION = tirx.Var("position", "int32")
-#: the sums a register tile keeps in flight: its nodes x SUMS_IN_FLIGHT / nodes vectors (16,
-#: as 8 nodes x 2 vectors or 16 nodes x 1, ran 1.5-2.3x slower on Zen 4 for TreeLSTM H=150)
-SUMS_IN_FLIGHT = 8

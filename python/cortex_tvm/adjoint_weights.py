@@ -7,7 +7,7 @@ h[children[n, j], k]``, one matrix product.  `emit_weight_read` adds that sum's 
 backward function (`adjoint_kernel.level_pass`), after the levels, into an array over the
 read's own axes (`R`, no two iterations write one element, so its tiles run in parallel);
 `index_arrays` says where each element of `R` goes in the weight, and `adjoint.py` adds it
-there (`_scatter_invariant`: a reshape for U).  A block that reads a weight through the node
+there (`adjoint_numpy.scatter_invariant`: a reshape for U).  A block that reads a weight through the node
 (an embedding row per word, `emb[word[offset + n], e]`) has its adjoint written by the level pass
 as one row per node (added into the table by word at the end: `adjoint_kernel._emit_add_rows`); a read
 through the node of another form leaves its block to the numpy weight pass.
@@ -30,7 +30,8 @@ import tvm_ffi
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
-from .adjoint_emit import POSITION, ROW, Unsupported
+from .adjoint_emit import Unsupported
+from .adjoint_nest import POSITION, ROW
 from .tir_builder import axes_grid, column_chunks, uses
 
 #: values of the tiled axis per iteration of the parallel loop

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
-from cortex_tvm import adjoint_kernel, lower
+from cortex_tvm import adjoint_kernel, adjoint_pass, lower
 from cortex_tvm.adjoint import Adjoint
 from cortex_tvm.bench.cases import OPTIONS, structures
 from cortex_tvm.stage_numpy import StageNumpy
@@ -235,9 +235,9 @@ def test_values_the_backward_never_reads_are_kept_one_level_at_a_time(sst):
     assert roles[("internal", "gates_sum")] == "transient" and roles[("internal", "gates")] == "value"
     lin = model.linearize(trees[:12])
     sizes = np.diff(lin.level_offsets)
-    assert adjoint_kernel._transient_rows(lin, "internal", "forward") == sizes[1:].max() < sizes[1:].sum()
-    assert adjoint_kernel._transient_rows(lin, "internal", "all") == sizes[1:].sum()
-    assert adjoint_kernel._transient_rows(lin, "leaf", "backward") == 0
+    assert adjoint_pass._transient_rows(lin, "internal", "forward") == sizes[1:].max() < sizes[1:].sum()
+    assert adjoint_pass._transient_rows(lin, "internal", "all") == sizes[1:].sum()
+    assert adjoint_pass._transient_rows(lin, "leaf", "backward") == 0
     states = model.numpy_forward(lin)
     d_states = _random_adjoints(states, np.random.default_rng(3))
     want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, [d.copy() for d in d_states])

@@ -1,0 +1,183 @@
+"""The compiled level pass of one program (`LevelPass`): its functions built for a target,
+their arguments laid out from a batch and this thread's kept arrays, and called where the
+numpy level pass would be (`adjoint.Adjoint`).  The functions themselves: `adjoint_kernel`.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import tvm
+
+from . import ra, tir_pipeline
+from .adjoint_emit import StageEmitter
+from .adjoint_kernel import NAMES, level_pass, transient_blocks
+from .linearize import NULL_SLOT
+from .scratch import held_rows, zero
+from .target import cpu_info
+
+#: the average nodes per core of a batch's internal levels from which `vjp` runs the "forward"
+#: part rather than the kernel (`LevelPass.forward_pays`)
+FORWARD_NODES_PER_CORE = 1
+
+
+class LevelPass:
+    """The compiled level pass of one program for `target`, called where the numpy one would be
+    (`Adjoint._vjp`): it adds into the blocks' adjoint arrays and the children's state adjoints.
+    Three parts (`level_pass`): the training forward and the backward after it, built with
+    the model, and the whole pass with its own recomputation, built the first time a backward
+    comes without its forward's values; the serial twins, for batches with a shared node,
+    likewise the first time one comes."""
+
+    def __init__(self, stages: dict, numpy_stages: dict, program: ra.RecProgram, target):
+        info = cpu_info(target)
+        #: stage -> keys of the blocks whose values the forward keeps one level of only
+        self.transient = transient_blocks(stages, numpy_stages, program, info.lanes, info.cores)
+        self._build = lambda part, parallel: level_pass(stages, numpy_stages, program, info.lanes, parallel,
+                                                        info.cores, part, self.transient)
+        self.target, self.states, self.cores = target, list(program.states), info.cores
+        #: stage -> {key of a block that makes a state: the state's index}: in "forward" and
+        #: "backward" the block's value array is the state's rows (`level_pass`)
+        self.state_values = {name: {key: self.states.index(state) for state, key in
+                                    StageEmitter(stages[name], numpy_stages[name], info.lanes).state_blocks().items()}
+                             for name in ("leaf", "internal")}
+        (forward, self.params), (backward, _) = self._build("forward", True), self._build("backward", True)
+        names = (NAMES["forward"][True], NAMES["backward"][True])
+        executable = tvm.compile(tvm.IRModule(dict(zip(names, (forward, backward)))), target=target,
+                                 tir_pipeline=tir_pipeline.NAME)
+        self._functions = {("forward", True): executable[names[0]], ("backward", True): executable[names[1]]}
+        #: stage -> keys of the blocks whose weight gradients the function computes (the numpy
+        #: weight pass leaves them out)
+        self.weight_blocks = {stage: {p[2] for p in self.params if p[0] in ("weight_read", "gathered")
+                                      and p[1] == stage}
+                              for stage in ("leaf", "internal")}
+        #: stage -> the row shape of each block's arrays (block key -> shape)
+        self._row_shapes = {stage: {p[2]: p[3] for p in self.params if p[0] == "adj" and p[1] == stage}
+                            for stage in ("leaf", "internal")}
+        #: (part, "parallel" or "serial"): the function the last call ran
+        self.last_run = None
+        self._arrays = threading.local()
+
+    def forward_pays(self, lin) -> bool:
+        """Whether the "forward" part beats the model's kernel followed by the recomputation on
+        the batch `lin`: its levels split their nodes over the cores, while the kernel splits
+        every level's columns, so a batch whose internal levels hold fewer than
+        FORWARD_NODES_PER_CORE nodes per core on average runs the kernel (one SST tree averages
+        1.0-3.6 internal nodes a level, 1.8 over the first 10: on 2 cores most take the kernel).
+        TreeLSTM H=150 on Zen 4, 2 threads, in-process A/Bs, kernel over forward: batch 1
+        0.6-1.3 (noisy), batch 3 1.1-1.8, batch 10 1.12-1.19."""
+        internal = int(lin.level_offsets[-1] - lin.level_offsets[1])
+        levels = max(1, len(lin.level_offsets) - 2)
+        return internal >= FORWARD_NODES_PER_CORE * self.cores * levels
+
+    def function(self, part: str, parallel: bool):
+        if (part, parallel) not in self._functions:
+            func, _ = self._build(part, parallel)
+            name = NAMES[part][parallel]
+            self._functions[(part, parallel)] = tvm.compile(tvm.IRModule({name: func}), target=self.target,
+                                                            tir_pipeline=tir_pipeline.NAME)[name]
+        return self._functions[(part, parallel)]
+
+    def __call__(self, lin, states, weights, d_states, whole, part: str = "all", gradient=None) -> list:
+        """part "all": recompute every block's value into `whole[stage].values` and run the
+        levels, writing `whole[stage].adjoints` (each level zeroes its own rows, then adds into
+        them) and adding into `d_states` (the children's rows: zeros from the caller) and into
+        `gradient(weight)` (the gradient of a weight read through the node's input, zeros from
+        the caller: an embedding's rows, by word); "backward": the same on the values a
+        "forward" call left in `whole`; "forward": every block's value, level by level from the
+        leaves, and each node's rows of `states` (zeros), d_states and gradient unused.
+        Returns the weight reads summed here, [(weight, index arrays, the sums over the read's
+        axes, a key for `adjoint_numpy.scatter_invariant`'s layout memo)] (empty for "forward")."""
+        args, reads = [], []
+        if d_states is None:                                  # the forward reads no adjoint
+            d_states = states
+        for position, param in enumerate(self.params):
+            role = param[0]
+            if role == "level_offsets":
+                args.append(lin.level_offsets)
+            elif role == "placeholder":
+                key = param[1]
+                if isinstance(key, ra.Weight):
+                    args.append(weights[key.name])
+                elif isinstance(key, ra.NodeInput):
+                    args.append(lin.words)
+                else:
+                    args.append(getattr(lin, key))       # children, num_children
+            elif role == "transposed":                        # read by the values' computation only
+                weight = np.asarray(weights[param[1].name], np.float32)
+                args.append(self._held(position, weight.shape[::-1]))
+                if part != "backward":
+                    np.copyto(args[-1], weight.T)
+            elif role == "weight_read":
+                _, stage, key, ordinal, shape, weight, index = param
+                sums = self._held(position, shape)
+                args.append(sums)
+                if part != "forward":
+                    zero(sums)                               # the function adds block by block
+                    reads.append((weight, index, sums, (stage, key, ordinal)))
+            elif role == "gathered":                          # (each level's nest zeroes its rows first)
+                _, stage, _, weight, _ = param
+                level = whole.get(stage)
+                args.append(self._held_rows(position, level.size if level is not None else 0, weight.shape[1:]))
+            elif role == "gathered_sum":                      # the forward leaves it alone
+                weight = param[1]
+                args.append(weights[weight.name] if part == "forward" else gradient(weight))
+            elif role == "transient":                         # one level's rows ("forward"), or all
+                _, stage, _, row_shape = param
+                args.append(self._held_rows(position, _transient_rows(lin, stage, part), row_shape))
+            elif role == "state":
+                args.append(states[self.states.index(param[1])])
+            elif role == "d_state":
+                args.append(d_states[self.states.index(param[1])])
+            else:
+                _, stage, key, row_shape = param
+                level = whole.get(stage)
+                if level is None:                         # no node of this stage in the batch
+                    args.append(np.zeros((0,) + row_shape, np.float32))
+                else:
+                    args.append(level.values[key] if role == "value" else level.adjoints[key])
+        children = lin.children[lin.children != NULL_SLOT]
+        # a DAG's node with two parents gets its adjoint from both: the backward runs serially;
+        # the forward writes each node's own rows, and runs in parallel whatever the batch
+        shared = part != "forward" and children.size > 0 and np.bincount(children).max() > 1
+        self.function(part, not shared)(*args)
+        self.last_run = (part, "serial" if shared else "parallel")
+        return reads
+
+    def saved_vectors(self, stage: str) -> int:
+        """Floats per node of `stage` that the training forward keeps for the backward (its
+        states, and the values of its blocks but the transient ones and those held in the
+        state rows), over the largest state's size: the "vectors per node" of issue 20's
+        memory bound (TreeLSTM: 7 per internal node, 5 per leaf)."""
+        width = max(int(np.prod(s.shape)) for s in self.states)
+        kept = sum(int(np.prod(s.shape)) for s in self.states)
+        kept += sum(int(np.prod(p[3])) for p in self.params
+                    if p[0] == "value" and p[1] == stage and p[2] not in self.state_values[stage])
+        return kept // width
+
+    def _held(self, position, shape) -> np.ndarray:
+        """This thread's array for the parameter at `position`, kept between calls (no page
+        faults on reuse)."""
+        held = self._arrays.__dict__.setdefault("by_param", {})
+        if position not in held or held[position].shape != tuple(shape):
+            held[position] = np.empty(shape, np.float32)
+        return held[position]
+
+    def _held_rows(self, position, count, row_shape) -> np.ndarray:
+        """The first `count` rows of this thread's array for the parameter at `position`."""
+        return held_rows(self._arrays.__dict__.setdefault("by_param", {}), position, count, row_shape)
+
+    def row_shapes(self, stage: str) -> dict:
+        """The row shape of each block's arrays of `stage` (block key -> shape)."""
+        return self._row_shapes[stage]
+
+
+def _transient_rows(lin, stage: str, part: str) -> int:
+    """Rows of a transient block's value array: the largest level of the stage for "forward"
+    (one level at a time), every node of it for "all" (one pass over the stage), none for
+    "backward" (which reads no transient value)."""
+    sizes = np.diff(lin.level_offsets)
+    mine = sizes[:1] if stage == "leaf" else sizes[1:]
+    if part == "backward" or mine.size == 0:
+        return 0
+    return int(mine.max() if part == "forward" else mine.sum())
