@@ -181,7 +181,7 @@ class StageEmitter:
                 value = tirx.BufferLoad(block.out, [block.position] + list(block.out_indices[1:]))
                 for load, coeff in self.partials(block.body, adj_out, (block.body, value)):
                     self._emit_sink(block, load, coeff, bufs, run)
-        runs(offset, size, row_base, parallel, self.shares if parallel else 1, adjoints)
+        self._runs(offset, size, row_base, parallel, adjoints)
 
     def emit_recompute(self, bufs, offset, size, parallel: bool, row_base=0, write_states: bool = False):
         """Add the computation of every block's value for the stage's nodes [offset, offset +
@@ -196,25 +196,15 @@ class StageEmitter:
                     Tb.buffer_store(bufs["state"][state], value[row], node)
                 # (a state whose rows are its block's value array is written with the value)
                 run.each(lambda level: self._state_elements(level, bufs["value"], write_state, self.state_values))
-        runs(offset, size, row_base, parallel, self.shares if parallel else 1, values)
+        self._runs(offset, size, row_base, parallel, values)
 
     def _zero_rows(self, level, arrays):
         """Zero the rows of the level's nodes in each of `arrays` (rows, *row shape)."""
         zero = tirx.const(0.0, "float32")
         for buf in arrays:
-            shape = [int(d) for d in buf.shape[1:]]
             with level.nodes() as (row, _):
-                if not shape:
-                    Tb.buffer_store(buf, zero, [row])
-                    continue
-
-                def at(ix, buf=buf, row=row, shape=shape):
-                    vector_loop(shape[-1], self.lanes, lambda k: Tb.buffer_store(buf, zero, [row] + ix + [k]))
-                if len(shape) == 1:
-                    at([])
-                else:
-                    with Tb.grid(*shape[:-1]) as ix:
-                        at(as_list(ix))
+                self._elements([int(d) for d in buf.shape[1:]],
+                               lambda ix, buf=buf, row=row: Tb.buffer_store(buf, zero, [row] + ix), vector=True)
 
     def _state_elements(self, level, arrays, body, skip=()):
         """body(state, the array of `arrays` of the block that makes the state, its element's
@@ -225,9 +215,34 @@ class StageEmitter:
                 continue
             array = arrays[self._tensor_key(out_buf)]
             with level.nodes() as (row, node):
-                with Tb.grid(*state.shape) as ix:
-                    ix = as_list(ix)
-                    body(state, array, [row] + ix, [node] + ix)
+                self._elements(list(state.shape), lambda ix, state=state, array=array, row=row, node=node:
+                               body(state, array, [row] + ix, [node] + ix))
+
+    # -- how the nests are laid out on the machine (a GPU's: `adjoint_gpu.GpuStageEmitter`) -----
+    def _runs(self, offset, size, row_base, parallel: bool, body):
+        """body(run) for the nodes [offset, offset + size): one run per core, in a parallel loop
+        (or one serial run)."""
+        runs(offset, size, row_base, parallel, self.shares if parallel else 1, body)
+
+    def _nest(self, block, indices, coeff, bufs, run, write, skip_null=None):
+        emit_nest(self, block, indices, coeff, bufs, run, write, skip_null)
+
+    def _elements(self, shape, body, vector: bool = False):
+        """body(index list) for every element of `shape`, the last axis in vectors of lanes if
+        `vector`."""
+        if not shape:
+            body([])
+        elif vector:
+            def rows(ix):
+                vector_loop(shape[-1], self.lanes, lambda k: body(ix + [k]))
+            if len(shape) == 1:
+                rows([])
+            else:
+                with Tb.grid(*shape[:-1]) as ix:
+                    rows(as_list(ix))
+        else:
+            with Tb.grid(*shape) as ix:
+                body(as_list(ix))
 
     def partials(self, e, coeff, known=(None, None)):
         """(read, d(out)/d(read) * coeff) for every sink read under `e` (reverse mode, rule by rule).
@@ -280,12 +295,12 @@ class StageEmitter:
                 Tb.buffer_store(buf, buf[idx] + value, idx)
             return add
         if gathered is not None:                  # the node's row of the weight's adjoint rows
-            emit_nest(self, block, load.indices, coeff, bufs, run, add_to_row(bufs["gathered"][gathered]))
+            self._nest(block, load.indices, coeff, bufs, run, add_to_row(bufs["gathered"][gathered]))
             return
         if key is not None:
             if not (load.indices and load.indices[0].same_as(block.position)):
                 raise Unsupported(f"block {block.name!r} reads the stage tensor {load.source.name} at another node")
-            emit_nest(self, block, load.indices, coeff, bufs, run, add_to_row(bufs["adj"][key]))
+            self._nest(block, load.indices, coeff, bufs, run, add_to_row(bufs["adj"][key]))
             return
         if not any(uses(i, block.position) for i in load.indices):
             raise Unsupported(f"block {block.name!r} reads the state {load.source.name} without its node")
@@ -296,7 +311,7 @@ class StageEmitter:
             Tb.buffer_store(buf, buf[idx] + value, idx)
         # every missing child reads the null node: its adjoint is never read, and skipping it
         # keeps the parallel nodes from writing one row
-        emit_nest(self, block, load.indices, coeff, bufs, run, add_state, skip_null=load.indices[0])
+        self._nest(block, load.indices, coeff, bufs, run, add_state, skip_null=load.indices[0])
 
     def _emit_value(self, block, bufs, run):
         """The block's value for the run's nodes, into its value array (the recomputation)."""
@@ -305,7 +320,7 @@ class StageEmitter:
             first = POSITION if block.key in self.transient else ROW
             idx = [rewrite(first)] + [rewrite(i) for i in block.out_indices[1:]]
             Tb.buffer_store(buf, value, idx)
-        emit_nest(self, block, block.out_indices, block.body, bufs, run, store)
+        self._nest(block, block.out_indices, block.body, bufs, run, store)
 
     def transposed_reads(self):
         """The 2-D weights some block reads with its vector axis in the first dimension only

@@ -26,14 +26,17 @@ through the node in another form are left to its numpy weight pass.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tvm
 import tvm_ffi
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as Tb
 
-from . import fast_math, ra
+from . import adjoint_gpu, fast_math, ra
 from .adjoint_emit import StageEmitter
+from .adjoint_gpu import GpuStageEmitter
 from .adjoint_weights import emit_weight_read, index_arrays, weight_blocks
 from .tir_builder import as_list, vector_loop
 
@@ -46,7 +49,7 @@ NAMES = {"all": {True: PARALLEL, False: SERIAL},
 
 
 def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: int = 8,
-               parallel: bool = True, cores: int = 1, part: str = "all", transient=None) -> tuple:
+               parallel: bool = True, cores: int = 1, part: str = "all", transient=None, gpu: bool = False) -> tuple:
     """(PrimFunc, its parameters) of the level pass for the stages "leaf" and "internal"
     (`lower.build_stage`) and their `StageNumpy` twins; `lanes`: float32 lanes of a vector;
     parallel: each level's nodes in `cores` runs in a parallel loop (PARALLEL), or in a serial
@@ -73,8 +76,13 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     (`transient_blocks`): their value parameters are ("transient", stage, key, row shape)
     instead, arrays of rows by position in a level (`StageEmitter.transient`): one level's
     nodes for "forward", all of the stage's for "all".
+    gpu: the same function laid out for a GPU (`adjoint_gpu`: a level's nodes on thread
+    blocks, a nest's elements on threads, the level loop on the host).
     Raises Unsupported where a stage has a shape this does not emit."""
-    emitters = {name: StageEmitter(stages[name], numpy_stages[name], lanes, cores) for name in ("leaf", "internal")}
+    emitters = {name: GpuStageEmitter(stages[name], numpy_stages[name], grid=None) if gpu else
+                StageEmitter(stages[name], numpy_stages[name], lanes, cores) for name in ("leaf", "internal")}
+    sum_nest, add_rows = (adjoint_gpu.emit_weight_read, adjoint_gpu.emit_add_rows) if gpu else \
+        (emit_weight_read, functools.partial(_emit_add_rows, lanes=lanes))
     for name, keys in (transient or {}).items():
         emitters[name].transient = set(keys)
     weight_reads = {name: weight_blocks(emitter) for name, emitter in emitters.items()}
@@ -85,6 +93,8 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
             Tb.func_name(fname)
             Tb.func_attr({"tirx.noalias": True, "global_symbol": fname})
             N, L1 = Tb.int32(), Tb.int32()
+            for emitter in emitters.values():
+                emitter.grid = N                    # (a GPU's blocks per level: every slot)
             level_offsets = _arg("level_offsets", (L1,), "int32")
             params.append(("level_offsets",))
             placeholders, inputs, transposed_inputs = {}, {}, {}
@@ -177,15 +187,15 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                 emitters["leaf"].emit_level(per_stage["leaf"], *leaves, 0, parallel)
                 # the gradients of the weights every level reads alike, over all of a stage's nodes
                 for name, first, last, block, stand_in, load, coeff, axes, out in sums:
-                    emit_weight_read(emitters[name], block, stand_in, load, coeff, axes, out, per_stage[name],
+                    sum_nest(emitters[name], block, stand_in, load, coeff, axes, out, per_stage[name],
                                      level_offsets[first], level_offsets[last] - level_offsets[first])
                 # the rows read through the node's input, added into the weight's gradient by the
                 # input: serially, node after node (a word recurs; a fixed order, no atomics)
                 for name, first, last in (("leaf", 0, 1), ("internal", 1, L1 - 1)):
                     for index, (block, load, node_input) in enumerate(emitters[name].gathered):
                         weight = emitters[name].weight_of(load.source)
-                        _emit_add_rows(dense[weight], per_stage[name]["gathered"][index], inputs[node_input],
-                                       level_offsets[first], level_offsets[last] - level_offsets[first], lanes)
+                        add_rows(dense[weight], per_stage[name]["gathered"][index], inputs[node_input],
+                                 level_offsets[first], level_offsets[last] - level_offsets[first])
     return fast_math.rewrite(ib.get()), params
 
 

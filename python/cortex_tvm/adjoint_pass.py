@@ -16,6 +16,8 @@ from .linearize import NULL_SLOT
 from .scratch import held_rows, zero
 from .target import cpu_info
 
+#: `level_pass`'s lanes for a GPU build: unused by its nests, which put elements on threads
+GPU_LANES = 8
 #: the average nodes per core of a batch's internal levels from which `vjp` runs the "forward"
 #: part rather than the kernel (`LevelPass.forward_pays`)
 FORWARD_NODES_PER_CORE = 1
@@ -30,18 +32,22 @@ class LevelPass:
     likewise the first time one comes."""
 
     def __init__(self, stages: dict, numpy_stages: dict, program: ra.RecProgram, target):
-        info = cpu_info(target)
+        gpu = target.kind.name == "cuda"
+        # (a GPU's levels put each node on a thread block: the forward pays from one node a level)
+        lanes, cores = (GPU_LANES, 1) if gpu else (cpu_info(target).lanes, cpu_info(target).cores)
         #: stage -> keys of the blocks whose values the forward keeps one level of only
-        self.transient = transient_blocks(stages, numpy_stages, program, info.lanes, info.cores)
-        self._build = lambda part, parallel: level_pass(stages, numpy_stages, program, info.lanes, parallel,
-                                                        info.cores, part, self.transient)
-        self.target, self.states, self.cores = target, list(program.states), info.cores
+        self.transient = transient_blocks(stages, numpy_stages, program, lanes, cores)
+        self._stages, self._program, self._gpu = (stages, numpy_stages), program, gpu
+        self._lanes = lanes
+        self.target, self.states, self.cores = target, list(program.states), cores
+        #: the GPU the functions run on (arrays copied there and back), or None: the host
+        self.device = tvm.cuda(0) if gpu else None
         #: stage -> {key of a block that makes a state: the state's index}: in "forward" and
         #: "backward" the block's value array is the state's rows (`level_pass`)
         self.state_values = {name: {key: self.states.index(state) for state, key in
-                                    StageEmitter(stages[name], numpy_stages[name], info.lanes).state_blocks().items()}
+                                    StageEmitter(stages[name], numpy_stages[name], lanes).state_blocks().items()}
                              for name in ("leaf", "internal")}
-        (forward, self.params), (backward, _) = self._build("forward", True), self._build("backward", True)
+        (forward, self.params), (backward, _) = self.build("forward", True), self.build("backward", True)
         names = (NAMES["forward"][True], NAMES["backward"][True])
         executable = tvm.compile(tvm.IRModule(dict(zip(names, (forward, backward)))), target=target,
                                  tir_pipeline=tir_pipeline.NAME)
@@ -58,6 +64,13 @@ class LevelPass:
         self.last_run = None
         self._arrays = threading.local()
 
+    def build(self, part: str, parallel: bool, gpu=None) -> tuple:
+        """(PrimFunc, parameters) of `part` (`adjoint_kernel.level_pass`), laid out for the
+        target (gpu=None), or for a GPU (True) or the CPU (False) whatever the target."""
+        gpu = self._gpu if gpu is None else gpu
+        return level_pass(*self._stages, self._program, self._lanes, parallel, self.cores, part, self.transient,
+                          gpu=gpu)
+
     def forward_pays(self, lin) -> bool:
         """Whether the "forward" part beats the model's kernel followed by the recomputation on
         the batch `lin`: its levels split their nodes over the cores, while the kernel splits
@@ -72,7 +85,7 @@ class LevelPass:
 
     def function(self, part: str, parallel: bool):
         if (part, parallel) not in self._functions:
-            func, _ = self._build(part, parallel)
+            func, _ = self.build(part, parallel)
             name = NAMES[part][parallel]
             self._functions[(part, parallel)] = tvm.compile(tvm.IRModule({name: func}), target=self.target,
                                                             tir_pipeline=tir_pipeline.NAME)[name]
@@ -88,7 +101,7 @@ class LevelPass:
         leaves, and each node's rows of `states` (zeros), d_states and gradient unused.
         Returns the weight reads summed here, [(weight, index arrays, the sums over the read's
         axes, a key for `adjoint_numpy.scatter_invariant`'s layout memo)] (empty for "forward")."""
-        args, reads = [], []
+        args, reads, unread = [], [], set()
         if d_states is None:                                  # the forward reads no adjoint
             d_states = states
         for position, param in enumerate(self.params):
@@ -129,6 +142,8 @@ class LevelPass:
                 args.append(states[self.states.index(param[1])])
             elif role == "d_state":
                 args.append(d_states[self.states.index(param[1])])
+                if part == "forward":                 # (the states themselves: written as those)
+                    unread.add(position)
             else:
                 _, stage, key, row_shape = param
                 level = whole.get(stage)
@@ -136,13 +151,34 @@ class LevelPass:
                     args.append(np.zeros((0,) + row_shape, np.float32))
                 else:
                     args.append(level.values[key] if role == "value" else level.adjoints[key])
+                    if role == "value" and part != "all" and key in self.state_values[stage]:
+                        unread.add(position)      # the function reads and writes the state's rows
         children = lin.children[lin.children != NULL_SLOT]
         # a DAG's node with two parents gets its adjoint from both: the backward runs serially;
         # the forward writes each node's own rows, and runs in parallel whatever the batch
         shared = part != "forward" and children.size > 0 and np.bincount(children).max() > 1
-        self.function(part, not shared)(*args)
+        if self.device is None:
+            self.function(part, not shared)(*args)
+        else:
+            self._on_device(self.function(part, not shared), args, unread)
         self.last_run = (part, "serial" if shared else "parallel")
         return reads
+
+    def _on_device(self, function, args, unread):
+        """Run `function` on the GPU: every array copied there, and back once it returns (the
+        adjoints, state adjoints, sums and gradients it wrote), but the parameters at the
+        positions `unread`: the states again, or views of them, that the function reaches
+        through the state arrays (copied back, their stale copies would overwrite what it
+        wrote there)."""
+        if not self.device.exist:
+            raise RuntimeError("no CUDA device: this model's backward was compiled for target 'cuda' but no "
+                               "GPU is visible to TVM (tvm.cuda(0).exist is False)")
+        on_device = [tvm.runtime.tensor(np.ascontiguousarray(array), device=self.device) for array in args]
+        function(*on_device)
+        self.device.sync()
+        for position, (array, copy) in enumerate(zip(args, on_device)):
+            if position not in unread:
+                array[...] = copy.numpy()
 
     def saved_vectors(self, stage: str) -> int:
         """Floats per node of `stage` that the training forward keeps for the backward (its

@@ -109,6 +109,12 @@ def index_arrays(load, axes) -> list:
     return [np.asarray(ev(i)) for i in load.indices]
 
 
+def with_adjoint(e, stand_in, adj):
+    """`e` reading the block's adjoint array `adj` where it reads `weight_blocks`' stand-in."""
+    return tvm_ffi.structural_map(e, (tvm.ir.TensorLoad, lambda ld: tirx.BufferLoad(adj, list(ld.indices))
+                                      if ld.source.same_as(stand_in) else ld), order="post")
+
+
 def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, offset, count):
     """Add the nest filling `out` (over `axes`) with the read's gradient summed over the stage's
     nodes [offset, offset + count) (rows 0 ..) and the block's other axes; parallel over the
@@ -124,9 +130,7 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
 
     def rewrite(e, mapping, n):
         mapping = {**mapping, block.position: n, ROW: n, POSITION: n}
-        e = tvm_ffi.structural_map(e, (tvm.ir.TensorLoad, lambda ld: tirx.BufferLoad(adj, list(ld.indices))
-                                       if ld.source.same_as(stand_in) else ld), order="post")
-        return emitter.rewrite(e, bufs, mapping, offset, count, inner[0] if inner else None)
+        return emitter.rewrite(with_adjoint(e, stand_in, adj), bufs, mapping, offset, count, inner[0] if inner else None)
 
     tile_size = TILE if tiled else 1
 

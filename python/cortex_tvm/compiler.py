@@ -98,15 +98,16 @@ def training_pass(model, target, precision, training):
     """The backward pass of `model` for compile(training=True) (`adjoint.Adjoint`), else None.
 
     It differentiates the user's program at the user's sizes (the kernel's padding is sliced off
-    the saved states), in float32 on the CPU."""
+    the saved states), in float32; its compiled level pass runs where the kernel does (a CPU,
+    or a CUDA GPU: `adjoint_gpu`), the weights' remaining sums on the host."""
     if not isinstance(training, bool):
         raise TypeError(f"training must be a bool, got {type(training).__name__}")
     if not training:
         return None
     if precision != "fp32":
         raise ValueError(f"training=True needs precision='fp32' (the backward is float32), got {precision!r}")
-    if target.kind.name != "llvm":
-        raise ValueError(f"training=True: the backward pass runs on the CPU; compile for target 'llvm', "
+    if target.kind.name not in ("llvm", "cuda"):
+        raise ValueError(f"training=True: the backward pass is built for target 'llvm' or 'cuda', "
                          f"not {target.kind.name!r}")
     return Adjoint(model.program, model.linearize, target)
 

@@ -58,3 +58,27 @@ def test_cuda_deep_tree_more_levels_than_grid(sst):
     model, compiled = compile_cuda("TreeFC", "single", vocab_size=len(vocab))
     weights = {k: np.array(v) for k, v in model.weights.items()}
     np.testing.assert_allclose(compiled([node]), _roots_reference("TreeFC", [node], weights), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["TreeLSTM", "TreeFC"])
+def test_cuda_backward_matches_the_cpu(sst, name):
+    """compile(training=True, target="cuda"): the backward's levels on the GPU (`adjoint_gpu`)
+    give the CPU's gradients, after the GPU's training forward (the roots' loss) and with the
+    recomputation (a second vjp before the first's pullback)."""
+    trees, vocab = sst
+    model = getattr(ct.models, name)(hidden_size=32, vocab_size=len(vocab))
+    on_gpu = model.compile(target="cuda", training=True)
+    on_cpu = model.compile(training=True)
+    batch = trees[:25]
+    rng = np.random.default_rng(0)
+    d_out = rng.standard_normal((len(batch), 32)).astype(np.float32)
+    want = on_cpu.vjp(batch)[1](d_out)
+    out, pullback = on_gpu.vjp(batch)
+    np.testing.assert_allclose(out, on_cpu(batch), atol=1e-4, rtol=0)
+    first = pullback(d_out)
+    on_gpu.vjp(trees[25:30])
+    again = pullback(d_out)                   # its values were overwritten: recomputed
+    for grads in (first, again):
+        for weight, g in want.items():
+            scale = float(np.abs(g).max())
+            np.testing.assert_allclose(grads[weight], g, atol=2e-5 * scale, rtol=0, err_msg=weight)
