@@ -8,6 +8,7 @@ import tvm
 import tvm_ffi
 
 from .. import dot_bf16 as _dot
+from .. import dot_bf16_kernel as _kernel
 from .. import passes
 from ..lower import FUNC_NAME, TRANSFORM_FUNC
 from .core import REDUCE as _REDUCE
@@ -204,7 +205,7 @@ class Bf16Primitives:
             try:
                 self._dot_bf16_one(name, packs[name])
                 done.append(name)
-            except (_dot.NotADot, ScheduleError, tvm.s_tir.ScheduleError) as err:
+            except (_kernel.NotADot, ScheduleError, tvm.s_tir.ScheduleError) as err:
                 if weight is not None:
                     raise ScheduleError(f"dot_bf16: {err}") from err
                 why[name] = str(err)
@@ -245,7 +246,7 @@ class Bf16Primitives:
         # stage would need a barrier of its own: then each use rounds its pair
         round_once = not self.persistent_levels and self.plan.recursion_depth <= 1
         for update in updates:
-            kernel, count = _dot.rewrite_updates(kernel, update, buffer, pairs, round_once)
+            kernel, count = _kernel.rewrite_updates(kernel, update, buffer, pairs, round_once)
             if not count:
                 raise ScheduleError(f"{update!r}: no {_dot.LANES}-lane x pair loop nest to rewrite")
         kernel = _dot.widen_reads(kernel, buffer, pairs)
@@ -271,7 +272,7 @@ class Bf16Primitives:
         reduce_vars = [value for iv, value in zip(realize[0].block.iter_vars, realize[0].iter_values)
                        if iv.iter_type == _REDUCE]
         reducing = [loop for loop in loops
-                    if any(_dot._uses(value, sch.get(loop).loop_var) for value in reduce_vars)]
+                    if any(_kernel._uses(value, sch.get(loop).loop_var) for value in reduce_vars)]
         if not reducing:
             raise ScheduleError(f"{update!r} has no reduction loop")
         inner = reducing[-1]
