@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
-from cortex_tvm.bench import add_parser, run
+from cortex_tvm.bench import add_parser, case_data, run
 from cortex_tvm.bench.cases import make_model
 from cortex_tvm.bench.check import TOLERANCE, batch_tolerance, check_roots, wrong_lines
 from cortex_tvm.bench.common import thread_env
@@ -99,7 +99,7 @@ def test_bench_exits_nonzero_when_a_system_is_wrong(tmp_path, monkeypatch, capsy
         calls.append(len(structures))
         out = ct.models.reference64(model, structures)
         return out + 0.5 if len(calls) == 2 else out
-    monkeypatch.setattr(run, "reference64", moved)
+    monkeypatch.setattr(case_data, "reference64", moved)
     out = tmp_path / "wrong.json"
     args = _bench_args(["--models", "treefc", "--hidden", "8", "--batch", "2", "--batches", "3",
                         "--repeats", "1", "--rounds", "1", "--threads", "1", "--systems", "numpy",

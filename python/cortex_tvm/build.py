@@ -16,7 +16,8 @@ import tvm_ffi
 from tvm.target import Target
 
 from . import config, dot_bf16, integrity, recipes, tir_pipeline
-from .runtime import CompiledModel, model_weight_arrays
+from .kernel_args import model_weight_arrays
+from .runtime import CompiledModel
 from .schedule import RecSchedule, ScheduleError
 from .target import make_target
 

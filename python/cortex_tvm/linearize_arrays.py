@@ -23,6 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .data import from_parents
 from .flatten import NO_CHILD, NO_WORD
 from .linearize import INNER_WORDS, Linearized, _one_node_per_level, check_sizes, lay_out_levels, linearize
 
@@ -167,7 +168,6 @@ def linearize_parents(parents, words, max_children: int, *, pad: int = 1, vocab_
     post, heights, table, root_index, tree_sizes = forest_order(parents, words, max_children, vocab_size,
                                                                 no_word)
     if unroll is not None and tuple(unroll)[:1] != (1,):
-        from .data import from_parents
         lin = linearize(from_parents(parents, words), max_children, pad=pad, vocab_size=vocab_size,
                         batching=batching, no_word=no_word, unroll=unroll)
         return replace(lin, node_slots=lin.node_slots.take(post))

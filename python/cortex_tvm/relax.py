@@ -45,8 +45,8 @@ from tvm import relax, tirx
 
 from . import build as _build
 from . import recipes as _recipes
+from .kernel_args import kernel_weights, model_weight_arrays
 from .padding import compiled_form
-from .runtime import kernel_weights, model_weight_arrays
 
 __all__ = ["RecursiveCall", "as_relax"]
 

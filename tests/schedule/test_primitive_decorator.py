@@ -8,7 +8,7 @@ import pytest
 import tvm
 
 import cortex_tvm as ct
-from cortex_tvm import passes
+from cortex_tvm import gpu_passes, passes
 from cortex_tvm import dot_bf16 as dot_bf16_module
 from cortex_tvm import fast_math as fast_math_module
 from cortex_tvm.schedule import RecSchedule, Step, kernels, program
@@ -132,7 +132,7 @@ CASES = [
          (kernels, "replace", ValueError)),
     Case("single_kernel", "TreeFC", all_scopes_bound, (4,), {"blocks": 4},   # GPU: one persistent kernel
          {"blocks": 4.0}, "single_kernel: argument 'blocks' must be int, got float 4.0",
-         (passes, "persistent_kernel", ValueError)),
+         (gpu_passes, "persistent_kernel", ValueError)),
     Case("bind_nodes", "TreeFC", specialized, ("level", 16),
          {"scope": "level", "threads": 16, "local_accumulators": True},
          {"scope": "level", "local_accumulators": 1}, "bind_nodes: argument 'local_accumulators' must be bool",

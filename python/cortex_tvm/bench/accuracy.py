@@ -23,9 +23,9 @@ import numpy as np
 from .. import data
 from ..models import reference64
 from . import MODELS, torch_worker
+from .case_data import write_case
 from .cases import TORCH_MODELS, hidden_for, make_model, structures
 from .common import batch_starts
-from .run import write_case
 
 
 def _errors(out, ref) -> dict:

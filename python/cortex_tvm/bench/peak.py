@@ -16,7 +16,11 @@ one tree does.
 from __future__ import annotations
 
 import numpy as np
+import tvm
+from tvm.script import tirx as T
 
+from .. import tir_pipeline
+from ..target import cpu_info, make_target
 from ..timing import best_of
 
 #: FMA steps per call: long enough that a call's fork and join is noise (about 10 ms on 2 cores)
@@ -34,7 +38,6 @@ def _best_call(function, args, repeats: int) -> float:
 
 def fma_kernel(cores: int, chains: int, lanes: int):
     """A PrimFunc `peak(out, steps)`: `steps` FMAs on each of `chains` vectors per core."""
-    from tvm.script import tirx as T
     vector = f"float32x{lanes}"
 
     @T.prim_func
@@ -58,10 +61,6 @@ def fma_kernel(cores: int, chains: int, lanes: int):
 def fma_peak(target="llvm", repeats: int = 5) -> dict:
     """{"gflops", "lanes", "chains", "cores"}: the best of `repeats` timed calls of `fma_kernel`
     for `target` (default: this CPU, every thread TVM's pool has)."""
-    import tvm
-
-    from .. import tir_pipeline
-    from ..target import cpu_info, make_target
     tgt = make_target(target)
     info = cpu_info(tgt)
     chains = info.registers - FREE_REGISTERS
@@ -76,7 +75,6 @@ def fma_peak(target="llvm", repeats: int = 5) -> dict:
 def read_kernel(cores: int, floats: int, lanes: int, chains: int = 8):
     """A PrimFunc `stream(data, out, reps)`: each core sums its own `floats` of `data`, `reps`
     times, into `chains` vector accumulators (the reads are what it costs)."""
-    from tvm.script import tirx as T
     step = chains * lanes
     blocks = floats // step
 
@@ -100,10 +98,6 @@ def read_kernel(cores: int, floats: int, lanes: int, chains: int = 8):
 def read_bandwidth(bytes_per_core: int, target="llvm", repeats: int = 5) -> dict:
     """{"gb_s_per_core", "bytes_per_core", "cores"}: how fast every core at once re-reads a
     slice of `bytes_per_core` (from L1, L2 or L3 by its size): what streaming a weight costs."""
-    import tvm
-
-    from .. import tir_pipeline
-    from ..target import cpu_info, make_target
     tgt = make_target(target)
     info = cpu_info(tgt)
     step = 8 * info.lanes

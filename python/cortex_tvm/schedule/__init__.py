@@ -2,8 +2,8 @@
 
 The lowered program has stage scopes (`leaves`, and `level` inside the
 serial level loop) holding one block per RA compute.  RecSchedule adds the
-recursion-specific primitives (families in program.py, layout.py, levels.py, loops.py,
-vectors.py, kernels.py, gpu.py); every `tvm.s_tir.Schedule` primitive is reachable on the same
+recursion-specific primitives (families in program.py, layout.py, bf16.py, levels.py, tiles.py,
+loops.py, vectors.py, kernels.py, gpu.py); every `tvm.s_tir.Schedule` primitive is reachable on the same
 object (`rs.split`, `rs.get_loops`, ...) and applies to the blocks inside.
 """
 import tvm
@@ -12,6 +12,7 @@ from .. import level_tails as _tails
 from ..check_kernel import check_function
 from ..lower import FUNC_NAME
 from ..plan import CHECK_FUNC
+from .bf16 import Bf16Primitives
 from .core import RecScheduleCore, RuntimePlan, ScheduleError, Step
 from .gpu import GpuPrimitives
 from .kernels import KernelPrimitives, persistent_region, split_per_level
@@ -19,13 +20,14 @@ from .layout import LayoutPrimitives
 from .levels import LevelPrimitives
 from .loops import LoopPrimitives
 from .program import ProgramPrimitives
+from .tiles import TilePrimitives
 from .vectors import VectorPrimitives
 
 __all__ = ["RecSchedule", "RuntimePlan", "ScheduleError", "Step", "split_per_level"]
 
 
-class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, LevelPrimitives, LoopPrimitives, VectorPrimitives,
-                  KernelPrimitives, RecScheduleCore):
+class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, Bf16Primitives, LevelPrimitives, TilePrimitives,
+                  LoopPrimitives, VectorPrimitives, KernelPrimitives, RecScheduleCore):
     """A schedule of a lowered recursive program (see the module docstring)."""
 
     def build(self, model, target="llvm"):

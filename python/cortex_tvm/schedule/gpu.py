@@ -25,7 +25,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from .. import passes
+from .. import gpu_passes, passes
 from .core import REDUCE as _REDUCE
 from .core import SPATIAL as _SPATIAL
 from .core import ScheduleError, primitive
@@ -146,7 +146,7 @@ class GpuPrimitives:
         self._densify(scope)
         if scope not in ("roots", "tables"):        # the tables' node loop is the vocabulary: a constant
             bound = passes.param(self.func, "max_level_size")
-            new, count = passes.bound_node_loops(self.func, scope, bound)
+            new, count = gpu_passes.bound_node_loops(self.func, scope, bound)
             if not count:
                 raise ScheduleError(f"bind_nodes: no data-dependent node loop in {scope!r} "
                                     "(was it transformed already?)")
@@ -313,6 +313,6 @@ class GpuPrimitives:
         if self.persistent_blocks is not None:
             raise ScheduleError("single_kernel: already a persistent kernel")
         self.finalize()
-        self._replace(**{self.func_name: passes.persistent_kernel(self.func, blocks)})
+        self._replace(**{self.func_name: gpu_passes.persistent_kernel(self.func, blocks)})
         self.persistent_blocks = blocks
         return self

@@ -24,9 +24,9 @@ import numpy as np
 import tvm
 
 from .. import build
+from ..kernel_args import kernel_weights, model_weight_arrays
 from ..padding import compiled_form
 from ..plan import kernel_names
-from ..runtime import kernel_weights, model_weight_arrays
 from ..target import make_target
 from ..timing import best_of
 from .measure import MeasureResult, Measurer, invalid, retime_by_measuring
