@@ -179,7 +179,7 @@ _declaration_order = itertools.count()
 
 @dataclass(eq=False)
 class Weight:
-    """A float32 model parameter of fixed shape (parameters keep declaration order)."""
+    """A model parameter of fixed shape and dtype (float32 unless given; parameters keep declaration order)."""
 
     name: str
     shape: tuple

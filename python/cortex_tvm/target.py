@@ -132,7 +132,7 @@ def cuda_sm_count():
 class CpuInfo:
     """What a register-tiled micro-kernel needs to know about a CPU target."""
 
-    #: float32 lanes of one vector register (16 AVX-512, 8 AVX/AVX2, 4 SSE/NEON)
+    #: 32-bit lanes of one vector register, i.e. float32 values per vector (16 AVX-512, 8 AVX/AVX2, 4 SSE/NEON)
     lanes: int
     #: architectural vector registers (32 zmm with AVX-512 or on AArch64, 16 ymm/xmm otherwise)
     registers: int

@@ -1,6 +1,8 @@
 """CUDA code generation, checked without a GPU: source structure and PTX (nvcc, sm_90) structure.
 
-Runs on any machine with TVM; the PTX checks skip (visibly) without nvcc.
+Runs on any machine with TVM; the PTX checks skip (visibly) without nvcc.  The GPU primitives'
+IR before and after, and their refusals, are tests/schedule/test_bind_nodes.py,
+test_bind_packs.py and test_single_kernel.py.
 """
 from __future__ import annotations
 
@@ -8,12 +10,10 @@ import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
 import tvm
 
 import cortex_tvm as ct
-from cortex_tvm.schedule import RecSchedule, ScheduleError
 
 from _gpu_common import MODELS, STRATEGIES, compile_cuda, kernel_definitions
 
@@ -172,46 +172,3 @@ def test_the_persistent_grid_is_one_block_per_sm_of_the_visible_gpu(monkeypatch)
     assert grid(model.compile(target="cuda")) == 78
     chosen = ct.recipes.shipped()["treefc_cuda"].with_knobs(grid=66)
     assert grid(model.compile(target="cuda", schedule=chosen)) == 66
-
-
-def test_bind_nodes_errors():
-    model = ct.models.TreeFC(hidden_size=32, vocab_size=50)
-    rs = RecSchedule(model.lower(specialize_leaves=False))
-    rs.specialize_leaves()
-    with pytest.raises(ScheduleError, match="scope"):
-        rs.bind_nodes("nodes")
-    with pytest.raises(ScheduleError, match="threads"):
-        rs.bind_nodes("level", threads=4096)
-    rs.bind_nodes("level")
-    with pytest.raises(ScheduleError, match="already bound"):
-        rs.bind_nodes("level")
-    with pytest.raises(ScheduleError, match="bind_nodes first"):
-        rs.single_kernel()
-    assert [s.primitive for s in rs.trace] == ["specialize_leaves", "bind_nodes"]
-
-
-def test_bind_nodes_ir(capsys):
-    """The node loop gets the host-known bound and a guard; outputs go to threads."""
-    model = ct.models.TreeFC(hidden_size=32, vocab_size=50)
-    rs = RecSchedule(model.lower(specialize_leaves=False))
-    rs.specialize_leaves()
-    before = rs.show()
-    assert "thread_binding" not in before
-    rs.bind_nodes("level", threads=32)
-    after = rs.show()
-    assert 'T.thread_binding(max_level_size, thread="blockIdx.x")' in after
-    assert 'T.thread_binding(32, thread="threadIdx.x")' in after
-    assert "T.where(i0_m < level_offsets[v_1 + 1] - level_offsets[v_1])" in after
-    assert 'scope="shared"' in after and 'scope="local"' in after
-
-
-def test_single_kernel_on_cpu_unchanged():
-    """Without bind_nodes, single_kernel() is the CPU primitive: no IR change."""
-    model = ct.models.TreeFC(hidden_size=32, vocab_size=50)
-    rs = RecSchedule(model.lower(specialize_leaves=False))
-    rs.specialize_leaves()
-    before = rs.func.script()
-    rs.single_kernel()
-    assert rs.func.script() == before and not rs.plan.per_level
-    assert rs.show().endswith("# rs.single_kernel(blocks=132)")   # the IR, then the trace (defaults bound)
-    assert rs.trace[-1].primitive == "single_kernel" and rs.trace[-1].args == {"blocks": 132}

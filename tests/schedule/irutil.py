@@ -42,6 +42,12 @@ def loops_around(func, name):
     return out[0]
 
 
+def bindings(loops):
+    """(kind, extent, thread tag or None) of each loop, outermost first."""
+    return [(l.kind, str(l.extent), None if l.thread_binding is None else l.thread_binding.thread_tag)
+            for l in loops]
+
+
 def _children(stmt):
     if isinstance(stmt, tvm.tirx.For):
         return [stmt.body]

@@ -2,7 +2,7 @@
 table of latencies (looked up, not built), with the same budget, over several seeds.
 
 The table is a synthetic landscape, not this CPU's, so the search runs without the shipped
-model as its prior (that prior is checked on real measurements in test_pretrained.py): what
+model as its prior (that prior is checked on real measurements in test_train_cost_model.py): what
 is tested is the online model the rounds train on their own trials."""
 import numpy as np
 import pytest

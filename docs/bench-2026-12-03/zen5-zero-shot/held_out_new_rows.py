@@ -12,7 +12,7 @@ import json
 import numpy as np
 import xgboost as xgb
 
-from cortex_tvm.tune import pretrained as P
+from cortex_tvm.tune import train_cost_model as P
 from cortex_tvm.tune.cost_model import spearman
 
 rows = P.load_runs(["tuning/cost_data.jsonl"], drop_disturbed=False)

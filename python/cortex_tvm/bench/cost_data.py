@@ -4,7 +4,7 @@ features of its scheduled program (`tune.program_features`).
 
     python -m cortex_tvm.bench.cost_data --out runs.jsonl --models treelstm treefc \\
         --hidden 96 200 384 --mcpu native haswell --batch 4 16 40 --trees generated
-    python -m cortex_tvm.tune.pretrained runs.jsonl --out tuning/cost_model.json
+    python -m cortex_tvm.tune.train_cost_model runs.jsonl --out tuning/cost_model.json
     python -m cortex_tvm.bench.cost_data --refeature old.jsonl --out new.jsonl   # features again
 
 A group is "model/H/cpu/batch/trees": the CPU is the LLVM name of the code's target ("native"

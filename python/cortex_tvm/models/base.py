@@ -54,7 +54,7 @@ def lstm_cell(i, o, u, forget=None, cells=None):
 
 
 class Model:
-    """Base of the model zoo.  Subclasses define `weight_shapes`, `program`, `numpy_forward`."""
+    """Base of the model zoo.  Subclasses define `weight_shapes`, `build_program`, `numpy_forward`."""
 
     #: map from other naming schemes (e.g. PyTorch state_dict keys) to ours
     aliases: dict = {}

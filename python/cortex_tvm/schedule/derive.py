@@ -27,8 +27,9 @@ register is and how many there are.  From that:
   fork and join; off by default: on the 2-core Zen 3 measured it ranged from
   7% slower to 10% faster by model and size, docs/benchmarks.md).
 
-`derive(rs, info, **knobs)` applies it; `knob_space(program_facts, info)`
-lists the knobs' candidates with the analytic default first.
+`derive(rs, info, **knobs)` applies it; `knob_space(widest_middle, info, unrollable=False)`
+lists the knobs' candidates with the analytic default first (`widest_middle`: the accumulators
+per node and column vector of the program's widest GEMM).
 """
 from __future__ import annotations
 
