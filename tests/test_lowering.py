@@ -191,6 +191,8 @@ def test_lower_defaults_to_unspecialized():
     lowered = model.lower()
     assert not lowered.specialized
     assert "leaves" not in block_names(lowered.func.body)
+    # the two defaults differ on purpose (Model.lower: where a schedule starts; lower.lower: leaves apart)
+    assert ct.lower.lower(model.program).specialized
 
 
 def test_node_loops_read_level_offsets(lstm_lowered):

@@ -269,6 +269,10 @@ def assemble(program: ra.RecProgram, stages: dict) -> Lowered:
 def lower(program: ra.RecProgram, specialize_leaves: bool = True, dump=None, tables=None) -> Lowered:
     """Run the lowering steps; `dump(step_name, ir)` sees the IR after each.
 
+    specialize_leaves defaults to True here (leaves in their own loop nest) and to False in
+    `Model.lower` (the plain ILIR a schedule starts from, `RecSchedule.specialize_leaves()`
+    specializing it); callers in the package pass it explicitly.
+
     tables: (unhoisted program, word input, {state: table weight}) when `program`'s
     leaves read tables (`hoist`): the module gets the transform function that fills them.
     """

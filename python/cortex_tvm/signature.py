@@ -4,7 +4,7 @@ Lowering produces it (`Lowered.signature`); the executor, export/load, the Relax
 and remote measurement all derive their argument lists from it instead of spelling the order
 out again, and an exported model carries it as JSON so `load` rebuilds it exactly.
 
-    sig = model.lower().signature
+    sig = model.lower(specialize_leaves=False).signature
     [p.name for p in sig.params()]   # ['word', 'children', 'level_offsets', 'roots', 'max_level_size',
                                      #  'emb', 'W', 'b', 'h', 'out']
     args = sig.structure_args(lin)   # the leading arguments for a linearized batch

@@ -6,13 +6,16 @@ here instead of parsing target strings itself.
 
     make_target("llvm")                              # this machine's CPU, all cores
     make_target({"kind": "llvm", "mcpu": "haswell"}) # AVX2 code, runnable on an AVX-512 host
-    cpu_info(make_target("llvm")).lanes             # 16 on AVX-512, 8 on AVX2
+    cpu_info(make_target("llvm")).lanes             # 16 on AVX-512, 8 on AVX2 (32-bit lanes)
+    cpu_info(make_target("llvm")).lanes_of("bfloat16")  # 32 on AVX-512
+    bytes_of("bfloat16")                             # 2: an element's bytes come from its dtype
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
+from tvm import DataType
 from tvm.target import Target, codegen
 
 from . import config
@@ -128,11 +131,27 @@ def cuda_sm_count():
     return int(device.multi_processor_count) if device.exist else None
 
 
+def bytes_of(dtype) -> int:
+    """Bytes of one element of `dtype` (a string or a TVM DataType): "float32" 4, "bfloat16" and
+    "float16" 2, "int8" 1, a vector type such as "float32x8" all its lanes (32).  Every byte count
+    of an element (register tiles, tables, operands read) takes it from here, not a literal 4."""
+    dtype = DataType(str(dtype))
+    return dtype.bits * dtype.lanes // 8
+
+
+#: the bits of the unit `CpuInfo.lanes` counts in (a float32 or int32 lane)
+LANE_BITS = 32
+
+
 @dataclass(frozen=True)
 class CpuInfo:
-    """What a register-tiled micro-kernel needs to know about a CPU target."""
+    """What a register-tiled micro-kernel needs to know about a CPU target.
 
-    #: 32-bit lanes of one vector register, i.e. float32 values per vector (16 AVX-512, 8 AVX/AVX2, 4 SSE/NEON)
+    The vector width is the register's (`vector_bits`); `lanes` counts it in 32-bit lanes, the
+    float32 lanes every kernel here computes in, and `lanes_of(dtype)` in any element type."""
+
+    #: 32-bit (float32) lanes of one vector register (16 AVX-512, 8 AVX/AVX2, 4 SSE/NEON):
+    #: the vector width in LANE_BITS units, kept as the field for compatibility
     lanes: int
     #: architectural vector registers (32 zmm with AVX-512 or on AArch64, 16 ymm/xmm otherwise)
     registers: int
@@ -150,6 +169,16 @@ class CpuInfo:
     def key(self) -> str:
         """Identifies code compatibility and tuning relevance: `znver4/avx512`."""
         return f"{self.mcpu or 'generic'}/{self.isa}"
+
+    @property
+    def vector_bits(self) -> int:
+        """Bits of one vector register (512 AVX-512, 256 AVX/AVX2, 128 SSE/NEON)."""
+        return self.lanes * LANE_BITS
+
+    def lanes_of(self, dtype) -> int:
+        """Elements of `dtype` one vector register holds (AVX-512: float32 16, bfloat16 and
+        float16 32, int8 64); at least 1."""
+        return max(1, self.vector_bits // (8 * bytes_of(dtype)))
 
 
 #: LLVM CPU names whose cores start two FMAs of their full vector width per cycle (AVX-512
@@ -184,16 +213,16 @@ def cpu_info(target) -> CpuInfo:
     features = set(codegen.llvm_get_cpu_features(target))
     triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
     if triple.startswith("aarch64") or "neon" in features:
-        lanes, registers, isa = 4, 32, "neon"
+        vector_bits, registers, isa = 128, 32, "neon"
     elif "avx512f" in features:
-        lanes, registers, isa = 16, 32, "avx512"
+        vector_bits, registers, isa = 512, 32, "avx512"
     elif "avx2" in features or "avx" in features:
-        lanes, registers, isa = 8, 16, "avx2" if "avx2" in features else "avx"
+        vector_bits, registers, isa = 256, 16, "avx2" if "avx2" in features else "avx"
     else:
-        lanes, registers, isa = 4, 16, "sse"
+        vector_bits, registers, isa = 128, 16, "sse"
     cores = int(target.attrs.get("num-cores", 0) or config.load().num_threads)
     mcpu = str(target.attrs.get("mcpu", ""))
-    return CpuInfo(lanes, registers, max(1, cores), isa, mcpu, fma_units(mcpu, isa))
+    return CpuInfo(vector_bits // LANE_BITS, registers, max(1, cores), isa, mcpu, fma_units(mcpu, isa))
 
 
 #: (L1 data, L2, L3) bytes assumed where the host does not say (a common x86 server core)
@@ -229,7 +258,7 @@ def host_caches() -> tuple:
 class Machine:
     """What a cost model needs to know of the CPU a kernel runs on: the target's vector lanes,
     registers and cores, and the caches of the machine that runs it (bytes per core for L1 and
-    L2, the shared L3)."""
+    L2, the shared L3).  `lanes` counts 32-bit (float32) lanes, as `CpuInfo.lanes` does."""
     lanes: int
     registers: int
     cores: int

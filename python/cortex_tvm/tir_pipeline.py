@@ -32,6 +32,7 @@ from tvm.tirx import compilation_pipeline
 
 from .level_tails import SEPARATE_TILES        # lower the module without StorageRewrite
 from .schedule.derive import STACK_BYTES as STACK_TILE_BYTES
+from .target import bytes_of
 
 #: the name `tvm.compile(..., tir_pipeline=NAME)` takes
 NAME = "cortex_tvm"
@@ -50,7 +51,7 @@ def _bytes(buffer):
         if not isinstance(extent, tvm.tirx.IntImm):
             return None
         count *= int(extent.value)
-    return count * buffer.dtype.bits * buffer.dtype.lanes // 8
+    return count * bytes_of(buffer.dtype)
 
 
 def _on_cpu(func) -> bool:

@@ -281,13 +281,14 @@ def test_disk_cache_key_covers_source_target_and_pass_config(tmp_path, monkeypat
     from cortex_tvm import build
     monkeypatch.setenv("CORTEX_TVM_CACHE_DIR", str(tmp_path))
     model = ct.models.TreeFC(hidden_size=8, vocab_size=23)
-    mod = model.lower().mod
+    mod = model.lower(specialize_leaves=False).mod
     llvm = ct.make_target("llvm")
     a = build._disk_path(mod, llvm, {})
     assert a == build._disk_path(mod, llvm, {})
     assert a != build._disk_path(mod, llvm, {"tirx.instrument_bound_checkers": True})
     assert a != build._disk_path(mod, ct.make_target({"kind": "llvm"}), {})
-    assert a != build._disk_path(ct.models.TreeFC(hidden_size=16, vocab_size=23).lower().mod, llvm, {})
+    other = ct.models.TreeFC(hidden_size=16, vocab_size=23).lower(specialize_leaves=False)
+    assert a != build._disk_path(other.mod, llvm, {})
     monkeypatch.setattr(build, "_source_fingerprint", "edited")
     assert a != build._disk_path(mod, llvm, {})
 

@@ -18,7 +18,7 @@ ZEN5 = CpuInfo(lanes=16, registers=32, cores=2, isa="avx512", mcpu="znver5", fma
 
 
 def _specialized(model):
-    rs = ct.RecSchedule(model.lower())
+    rs = ct.RecSchedule(model.lower(specialize_leaves=False))
     return rs.specialize_leaves()
 
 
@@ -85,7 +85,7 @@ def test_fma_units_by_cpu():
 
 def test_derived_ir_for_tree_lstm():
     model = ct.models.TreeLSTM(32, 50)
-    rs = derive.derive(ct.RecSchedule(model.lower()), AVX512)
+    rs = derive.derive(ct.RecSchedule(model.lower(specialize_leaves=False)), AVX512)
     steps = [(s.primitive, s.args) for s in rs.trace]
     assert ("pack", {"weight": "U", "axis": 0, "tile": 16, "groups": 5}) in steps
     assert ("tile_gemm", {"block": "gates_sum", "node_tile": 3, "column_tile": 16, "lanes": 16, "k_unroll": 8}) in steps
@@ -99,7 +99,7 @@ def test_derived_ir_for_tree_lstm():
 
 
 def test_derived_ir_for_avx2_uses_8_lanes():
-    rs = derive.derive(ct.RecSchedule(ct.models.TreeLSTM(32, 50).lower()), AVX2, node_tile=2)
+    rs = derive.derive(ct.RecSchedule(ct.models.TreeLSTM(32, 50).lower(specialize_leaves=False)), AVX2, node_tile=2)
     tiles = {s.args["block"]: s.args for s in rs.trace if s.primitive == "tile_gemm"}
     assert tiles["gates_sum"]["lanes"] == 8 and tiles["gates_sum"]["node_tile"] == 2
     assert tiles["gates_sum"]["column_tile"] == 8
@@ -123,3 +123,18 @@ def test_register_tiled_reduction_ir_and_numbers():
     assert [l.kind for l in loops[-3:]] == [K.UNROLLED, K.UNROLLED, K.VECTORIZED]
     trees = ct.data.random_trees(8, (1, 12), seed=4, vocab_size=50)
     np.testing.assert_allclose(rs.build(model)(trees), model.reference(trees), atol=1e-5)
+
+
+def test_register_tile_bytes_come_from_the_accumulator_dtype():
+    """The stack limit (STACK_BYTES) counts a tile's accumulators in their dtype's bytes: at 32
+    lanes, 24 float32 accumulators are 3 KB (over 2 KB), 24 bfloat16 ones 1.5 KB."""
+    assert derive.fits(12, 3, 32, 32) and not derive.fits(24, 3, 32, 32)
+    assert derive.fits(24, 3, 32, 32, "bfloat16") and not derive.fits(24, 3, 32, 32, "float32")
+    assert derive.column_vectors(4, 3, 32, 32, 4) == 1
+    assert derive.column_vectors(4, 3, 32, 32, 4, "bfloat16") == 2
+    fp32 = derive.Gemm("g", "W", axis=0, groups=1, columns=128, middle=4)
+    bf16 = derive.Gemm("g", "W", axis=0, groups=1, columns=128, middle=4, dtype="bfloat16")
+    assert derive.weight_tiles([fp32], 3, 32, 32, 4) == {"W": 32}
+    assert derive.weight_tiles([bf16], 3, 32, 32, 4) == {"W": 64}
+    # a GEMM's dtype is read off the program: the zoo sums in float32
+    assert {g.dtype for g in derive.gemms(_specialized(ct.models.TreeLSTM(32, 50)))} == {"float32"}

@@ -114,7 +114,7 @@ def test_staged_lower_schedule_build(batches):
     import numpy as np
     from reference import tree_lstm
     model = ct.models.TreeLSTM(hidden_size=32, vocab_size=VOCAB_FOR_TRACE)
-    rs = ct.RecSchedule(model.lower())
+    rs = ct.RecSchedule(model.lower(specialize_leaves=False))
     rs.specialize_leaves().hoist().fast_math().pad_levels(3).pack("U", tile=16, groups=5)
     rs.dense_index("gates_sum").dense_index("gates").tile_gemm("gates_sum", column_tile=16)
     compiled = rs.build(model)

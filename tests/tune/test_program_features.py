@@ -134,3 +134,15 @@ def test_machine_caches_come_from_the_host_unless_given(lstm_space):
     assert host.l1 > 0 and host.l2 >= host.l1 and host.l3 >= host.l2
     given = Machine.of(lstm_space.target, CACHES)
     assert (given.l1, given.l2, given.l3) == CACHES and given.lanes == host.lanes == 8
+
+
+def test_a_bfloat16_weight_counts_two_bytes(machine):
+    """store_bf16 keeps U packed as bfloat16 (uint16): the bytes a thread reads halve, while
+    the accumulators stay float32 (4 bytes, what the stack-limit feature counts)."""
+    model = ct.models.TreeLSTM(hidden_size=H, vocab_size=50)
+    fp32, bf16 = Space(model, AVX2), Space(model, AVX2, precision="bf16")
+    whole = {"parallel_columns": False}
+    a, b = summary_of(fp32, machine, **whole), summary_of(bf16, machine, **whole)
+    assert a.gemm.bytes_per_thread == 2 * H * 5 * H * 4
+    assert b.gemm.bytes_per_thread == 2 * H * 5 * H * 2
+    assert a.gemm.accumulator_bytes == b.gemm.accumulator_bytes == 4

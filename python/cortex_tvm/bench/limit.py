@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .. import data
-from ..target import cpu_info, make_target
+from ..target import bytes_of, cpu_info, make_target
 from ..timing import in_turn
 from .cases import make_model
 from .common import batch_starts, cpu_model
@@ -90,7 +90,7 @@ def measure(model_name: str, hidden: int, batch: int, precisions, batches: int =
     builds, rows = {}, []
     for precision in precisions:
         compiled = model.compile(precision=precision)
-        bytes_per_element = 2 if precision == "bf16" else 4
+        bytes_per_element = bytes_of("bfloat16" if precision == "bf16" else "float32")
         weight_bytes = per_node / 2 * bytes_per_element
         # vdpbf16ps multiplies pairs: twice the fp32 FMA rate; storage-only bf16 computes in fp32
         fast_bf16 = precision == "bf16" and any(s.get("primitive") == "dot_bf16" for s in compiled.trace)

@@ -20,7 +20,7 @@ import tvm
 from tvm.script import tirx as T
 
 from .. import tir_pipeline
-from ..target import cpu_info, make_target
+from ..target import bytes_of, cpu_info, make_target
 from ..timing import best_of
 
 #: FMA steps per call: long enough that a call's fork and join is noise (about 10 ms on 2 cores)
@@ -100,15 +100,16 @@ def read_bandwidth(bytes_per_core: int, target="llvm", repeats: int = 5) -> dict
     slice of `bytes_per_core` (from L1, L2 or L3 by its size): what streaming a weight costs."""
     tgt = make_target(target)
     info = cpu_info(tgt)
-    step = 8 * info.lanes
-    floats = max(step, bytes_per_core // 4 // step * step)
+    step, size = 8 * info.lanes, bytes_of("float32")            # the kernel reads float32
+    floats = max(step, bytes_per_core // size // step * step)
     func = read_kernel(info.cores, floats, info.lanes)
     executable = tvm.compile(tvm.IRModule({"stream": func}), target=tgt, tir_pipeline=tir_pipeline.NAME)
     data = tvm.runtime.tensor(np.ones(info.cores * floats, np.float32))
     out = tvm.runtime.tensor(np.zeros(info.cores * step, np.float32))
-    reps = max(4, int(2e9 // (floats * 4 * info.cores)))       # about 2 GB read per call
+    reps = max(4, int(2e9 // (floats * size * info.cores)))    # about 2 GB read per call
     best = _best_call(executable["stream"], (data, out, reps), repeats)
-    return {"gb_s_per_core": floats * 4 * reps / best / 1e9, "bytes_per_core": floats * 4, "cores": info.cores}
+    return {"gb_s_per_core": floats * size * reps / best / 1e9, "bytes_per_core": floats * size,
+            "cores": info.cores}
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ class TracedModel(Model):
 
         model = TracedModel(tree_fc, {"emb": emb, "W": W, "b": b}, max_children=2)
         print(ct.frontend.ra_text(model.program))      # the RA program it traces to
-        rs = ct.RecSchedule(model.lower())             # schedule it by hand like any model
+        rs = ct.RecSchedule(model.lower(specialize_leaves=False))   # schedule it by hand
     """
 
     def __init__(self, fn: Recursive, weights: dict, max_children: int = 2, features: int | None = None):

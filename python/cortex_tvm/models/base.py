@@ -85,7 +85,7 @@ class Model:
         smallest bound of its node inputs."""
         bound = getattr(self, "vocab_size", None)
         if bound is None:
-            bounds = [inp.bound for inp in self.lower().node_inputs]
+            bounds = [inp.bound for inp in self.lower(specialize_leaves=False).node_inputs]
             bound = min(bounds) if bounds else None
         return bound
 
@@ -139,12 +139,17 @@ class Model:
         By default this is the plain ILIR: every level, leaves included, computes
         both cases and selects one; `RecSchedule.specialize_leaves()` (or
         `specialize_leaves=True` here) gives leaves their own loop nest.
+
+        The default (False) is not `cortex_tvm.lower.lower`'s (True): this is where a schedule
+        starts (``RecSchedule(model.lower(specialize_leaves=False))``, whose primitives
+        specialize leaves themselves), that is the lowering on its own.  The package's callers
+        pass it explicitly.
         """
         if dump is not None:
-            return _lower.lower(self.program, specialize_leaves, dump=dump)
+            return _lower.lower(self.program, specialize_leaves=specialize_leaves, dump=dump)
         cache = self.__dict__.setdefault("_lowered", {})
         if specialize_leaves not in cache:
-            cache[specialize_leaves] = _lower.lower(self.program, specialize_leaves)
+            cache[specialize_leaves] = _lower.lower(self.program, specialize_leaves=specialize_leaves)
         return cache[specialize_leaves]
 
     def compile(self, target="llvm", schedule=None, tuning_log=None, bounds_check=False, max_unroll_depth=None,
@@ -181,14 +186,14 @@ class Model:
         """What `lin.words` holds at a node without a word: vocab_bound for models that read
         words on inner nodes (their node input is `optional`), None otherwise; 0 for a model fed
         per-node features and no words (any node may carry a word, and none is read)."""
-        if self.vocab_bound is None and self.lower().node_features:
+        if self.vocab_bound is None and self.lower(specialize_leaves=False).node_features:
             return 0
         return self.vocab_bound if self.reads_inner_words else None
 
     @property
     def fixed_sizes(self) -> tuple:
         """Sizes `padding` leaves as given: the width of the features a caller passes per call."""
-        return ("embed_size",) if self.lower().node_features else ()
+        return ("embed_size",) if self.lower(specialize_leaves=False).node_features else ()
 
     def linearize(self, trees, pad=1, features=None) -> _linearize.Linearized:
         """The batch laid out for the numpy executors; `features` (one row per node, post-order
@@ -197,7 +202,7 @@ class Model:
                                    allow_shared=self.program.spec.kind == "dag", no_word=self.no_word)
         if features is None:
             return lin
-        read = self.lower().node_features
+        read = self.lower(specialize_leaves=False).node_features
         if not read:
             raise ValueError("features=: this model reads no per-node features")
         return with_slot_rows(lin, features, read[0].name, read[0].size)

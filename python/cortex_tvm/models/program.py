@@ -24,7 +24,7 @@ class ProgramModel(Model):
     def __init__(self, program: ra.RecProgram, weights: dict):
         if not isinstance(program, ra.RecProgram):
             raise TypeError(f"expected an ra.RecProgram (from ra.rec_compute), got {type(program).__name__}")
-        lowered = _lower.lower(program, True)
+        lowered = _lower.lower(program, specialize_leaves=True)
         self._fixed = program
         self._shapes = {w.name: tuple(w.shape) for w in lowered.weights}
         bounds = [inp.bound for inp in lowered.node_inputs]

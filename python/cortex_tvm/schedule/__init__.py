@@ -33,7 +33,7 @@ class RecSchedule(GpuPrimitives, ProgramPrimitives, LayoutPrimitives, Bf16Primit
     def build(self, model, target="llvm"):
         """Build this schedule with `model`'s current weights: a callable CompiledModel.
 
-        The staged path for TIR work: ``rs = RecSchedule(model.lower())``, any
+        The staged path for TIR work: ``rs = RecSchedule(model.lower(specialize_leaves=False))``, any
         primitives, then ``compiled = rs.build(model)``; ``compiled(trees)``.
         """
         return model.build(self, target)

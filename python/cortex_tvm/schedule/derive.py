@@ -40,6 +40,7 @@ import tvm_ffi
 
 from .. import level_tails as _tails
 from ..plan import FUNC_NAME
+from ..target import bytes_of
 from .core import REDUCE, ScheduleError
 from .core import SPATIAL as _SPATIAL
 
@@ -53,6 +54,9 @@ PARALLEL_NODE_WORK = 4096
 #: workspace, which LLVM cannot promote to registers (3x slower); the build's TIR pipeline
 #: (`tir_pipeline.KeepTilesOnStack`) keeps an allocation up to this size an alloca instead
 STACK_BYTES = 2048
+#: the dtype of a register tile's accumulators where no block says (`Gemm.dtype` does): float32,
+#: bf16 weights included (`store_bf16` widens them, `dot_bf16`'s vdpbf16ps sums into float32)
+ACCUMULATOR = "float32"
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class Gemm:
     columns: int
     #: accumulators per node and column vector: the product of the middle extents
     middle: int
+    #: the dtype of the block's output, which its register tile accumulates in
+    dtype: str = ACCUMULATOR
 
 
 def _vars(expr) -> set:
@@ -130,7 +136,11 @@ def find_gemm(rs, name: str, weights: set):
         if not isinstance(iv.dom.extent, tvm.tirx.IntImm):
             return None
         middle_extent *= int(iv.dom.extent)
-    return Gemm(name, load.source.name, axis, groups, int(column.dom.extent), middle_extent)
+    return Gemm(name, load.source.name, axis, groups, int(column.dom.extent), middle_extent, _out_dtype(block))
+
+
+def _out_dtype(block) -> str:          # the dtype of the buffer a block writes (accumulates in)
+    return str(block.writes[0].source.dtype) if block.writes else ACCUMULATOR
 
 
 def gemms(rs) -> list:
@@ -139,16 +149,18 @@ def gemms(rs) -> list:
     return [g for g in (find_gemm(rs, name, weights) for name in rs.block_names()) if g is not None]
 
 
-def fits(accumulators: int, node_tile: int, lanes: int, registers: int) -> bool:
+def fits(accumulators: int, node_tile: int, lanes: int, registers: int, dtype=ACCUMULATOR) -> bool:
     """A register tile fits: its accumulators, one broadcast per node and one spare register in
-    the register file, and the accumulators under the stack limit."""
-    return accumulators + node_tile + 1 <= registers and accumulators * lanes * 4 <= STACK_BYTES
+    the register file, and the accumulators (vectors of `lanes` elements of `dtype`) under the
+    stack limit."""
+    return accumulators + node_tile + 1 <= registers and accumulators * lanes * bytes_of(dtype) <= STACK_BYTES
 
 
-def column_vectors(gemm_middle: int, node_tile: int, lanes: int, registers: int, most: int) -> int:
+def column_vectors(gemm_middle: int, node_tile: int, lanes: int, registers: int, most: int,
+                   dtype=ACCUMULATOR) -> int:
     """The most column vectors (<= most) whose register tile `fits`; at least 1."""
-    return max([v for v in range(1, most + 1) if fits(node_tile * gemm_middle * v, node_tile, lanes, registers)],
-               default=1)
+    return max([v for v in range(1, most + 1)
+                if fits(node_tile * gemm_middle * v, node_tile, lanes, registers, dtype)], default=1)
 
 
 def dividing_vectors(vectors: int, columns, lanes: int) -> int:
@@ -163,7 +175,7 @@ def weight_tiles(found: list, node_tile: int, lanes: int, registers: int, most: 
     tiles = {}
     for weight in {g.weight for g in found}:
         readers = [g for g in found if g.weight == weight]
-        vectors = min(column_vectors(g.middle, node_tile, lanes, registers, most) for g in readers)
+        vectors = min(column_vectors(g.middle, node_tile, lanes, registers, most, g.dtype) for g in readers)
         vectors = dividing_vectors(vectors, [g.columns for g in readers], lanes)
         tiles[weight] = vectors * lanes if all(g.columns % lanes == 0 for g in readers) else None
     return tiles
@@ -312,7 +324,7 @@ def reduction_tile(rs, name: str, info, lanes: int) -> tuple:
     for rows in (6, 4, 3, 2, 1):
         for vectors in (4, 2, 1):
             if (int(row.dom.extent) % rows or int(column.dom.extent) % (vectors * lanes)
-                    or not fits(rows * vectors, vectors, lanes, info.registers)):
+                    or not fits(rows * vectors, vectors, lanes, info.registers, _out_dtype(block))):
                 continue
             if rows * vectors > best[0] * best[1]:
                 best = (rows, vectors)

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 from .. import ra
 from ..lower import lower
+from ..target import bytes_of
 from .core import ScheduleError, primitive
 
 
@@ -55,7 +56,7 @@ class ProgramPrimitives:
         compiled or loaded.
 
         Requires: specialize_leaves() applied, the leaf case reads exactly one
-        per-node input, and the tables (vocabulary x state sizes x 4 bytes) fit
+        per-node input, and the tables (vocabulary x state sizes x their dtype's bytes) fit
         in `budget_mb`.
 
         Examples
@@ -90,7 +91,7 @@ class ProgramPrimitives:
             raise ScheduleError(f"hoist: the leaf case must read exactly one per-node input, found "
                                 f"{[i.name for i in inputs]}")
         word = inputs[0]
-        size = sum(_numel(s.shape) for s in program.states) * word.bound * 4 / 2**20
+        size = sum(_numel(s.shape) * bytes_of(s.dtype) for s in program.states) * word.bound / 2**20
         if size > budget_mb:
             raise ScheduleError(f"hoist: tables need {size:.1f} MB, over the budget of {budget_mb} MB")
         n = ra.node()

@@ -59,7 +59,7 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
     space = Space(model, tgt, knobs=knobs, precision=precision)
     if rpc is None:
         measurer = Measurer(model, batches, tgt, repeats=repeats)
-    elif model.lower().node_features:
+    elif model.lower(specialize_leaves=False).node_features:
         raise ValueError("tune: measuring through RPC does not send per-node features, so every point of a model "
                          "fed features would fail there; tune it on this machine (rpc=None)")
     else:

@@ -54,7 +54,7 @@ def tuning_batches(model, trees=None, batch_size: int = 10, max_batches: int = 1
     if len(batches) > max_batches:
         idx = np.linspace(0, len(batches) - 1, max_batches).round().astype(int)
         batches = [batches[i] for i in idx]
-    read = model.lower().node_features
+    read = model.lower(specialize_leaves=False).node_features
     if read:
         batches = [seeded_batch(b, read[0].size, seed=k) for k, b in enumerate(batches)]
     return batches

@@ -112,6 +112,7 @@ class Gemm:
     bytes_per_thread: float      # its largest operand's bytes one thread reads per level
     parallel_extent: int         # iterations of its parallel loops (1: none)
     flop_share: float            # its share of the level FLOPs
+    accumulator_bytes: int       # bytes of one accumulator element (its output's dtype)
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,7 @@ def summarize(func, stats, machine: Machine) -> ProgramSummary:
         gemms.append(Gemm(st.block, tile_of(st, mid), max(1, width(st, mid)),
                           _bytes_per_thread(st, mid, machine.cores),
                           math.prod(evaluate(lp.extent, mid) for lp in parallel) if parallel else 1,
-                          level_flops[id(st)] / max(flops["level"], 1.0)))
+                          level_flops[id(st)] / max(flops["level"], 1.0), st.element_bytes))
     leaf_gemm = max((st for st in all_stores if st.stage == "leaves" and st.accumulates),
                     key=lambda st: iterations(st, leaf_env) * st.flops, default=None)
     level_parallel = {id(lp.var) for st in level_stores for lp in st.loops if lp.kind == PARALLEL}
@@ -226,7 +227,7 @@ def vector_of(summary: ProgramSummary, stats, machine: Machine) -> list:
         nbytes = max(1.0, sum(g.bytes_per_thread for g in gemms))
         gemm_row = [mean(lambda g: g.tile.accumulators), mean(lambda g: g.tile.pressure - machine.registers),
                     max(g.tile.pressure for g in gemms) - machine.registers,
-                    mean(lambda g: float(g.tile.accumulators * g.lanes * 4 > STACK_BYTES)),
+                    mean(lambda g: float(g.tile.accumulators * g.lanes * g.accumulator_bytes > STACK_BYTES)),
                     mean(lambda g: g.tile.loads_per_fma), max(g.tile.loads_per_fma for g in gemms),
                     mean(lambda g: g.tile.k_unroll), mean(lambda g: g.lanes / lanes),
                     mean(lambda g: g.parallel_extent / cores), mean(balance), weight, float(len(gemms)),

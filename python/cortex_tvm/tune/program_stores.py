@@ -13,6 +13,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from ..target import bytes_of
+
 #: placeholders for what the batch decides at run time
 LEVEL, LEAVES, SLOTS, LEVELS, BATCH, MAX_LEVEL = (tirx.Var(n, "int32") for n in
                                                  ("S_level", "S_leaves", "S_slots", "S_levels", "S_batch", "S_max"))
@@ -45,6 +47,7 @@ class Store:
                                  # the linearizer's index arrays left out
     flops: int                   # floating-point operations per execution
     accumulates: bool            # reads the element it writes (a reduction's update)
+    element_bytes: int           # bytes of an element of the buffer it writes (its dtype's)
 
 
 def _vars_of(expr, binding) -> set:
@@ -141,10 +144,11 @@ def stores(func) -> list:
                 used = set().union(*(_vars_of(i, binding) for i in ld.indices)) if ld.indices else set()
                 # index arrays (children, words) address the operands; they are not operands
                 if buf.name not in INDEX_BUFFERS:
-                    reads.append((buf.name, used, tvm.DataType(buf.dtype).bits // 8))
+                    reads.append((buf.name, used, bytes_of(buf.dtype)))
             tvm_ffi.structural_walk(value, (tvm.ir.TensorLoad, on_load))
             index_vars = set().union(*(_vars_of(i, binding) for i in stmt.indices)) if stmt.indices else set()
-            out.append(Store(stage or "root", block, loops, index_vars, reads, _flops(value), accumulates))
+            out.append(Store(stage or "root", block, loops, index_vars, reads, _flops(value), accumulates,
+                             bytes_of(stmt.buffer.dtype)))
         elif isinstance(stmt, tirx.IfThenElse):
             # a level's tail (level_tails): a loop of one trip when its guard holds, none else
             guard = Loop(tirx.Var("guard", "int32"), tirx.Cast("int32", stmt.condition), int(tirx.ForKind.SERIAL))
