@@ -32,7 +32,7 @@ lists the knobs' candidates with the analytic default first.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import tvm
 import tvm_ffi
@@ -138,6 +138,14 @@ def gemms(rs) -> list:
     return [g for g in (find_gemm(rs, name, weights) for name in rs.block_names()) if g is not None]
 
 
+def with_tail_copies(rs, found) -> list:
+    """`gemms(rs)` of a program `_prepare` has changed, from the GEMMs `found` before it: a level
+    tail's copy of a GEMM block (`level_tails.tail_name`) is a GEMM of the same shape."""
+    by_block = {g.block: g for g in found}
+    return [replace(by_block[_tails.copied_from(name)], block=name)
+            for name in rs.block_names() if _tails.copied_from(name) in by_block]
+
+
 def fits(accumulators: int, node_tile: int, lanes: int, registers: int) -> bool:
     """A register tile fits: its accumulators, one broadcast per node and one spare register in
     the register file, and the accumulators under the stack limit."""
@@ -182,15 +190,16 @@ def _is_untransformed(rs, name):
 def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int | None = None,
            k_unroll: int = 8, hoist: bool = True, parallel_columns: bool = True,
            unroll_depth: int = 1, persistent_threads: bool = False, recursion_depth: int = 1,
-           level_tails: bool = True):
+           level_tails: bool = True, program_gemms=None):
     """Apply the derived schedule to a fresh RecSchedule (see the module docstring); returns rs.
 
     recursion_depth > 1: CORTEX's recursive unrolling (`unroll_recursion`, one chunk of
-    groups per core) instead of parallel columns and level-loop unrolling."""
+    groups per core) instead of parallel columns and level-loop unrolling.  program_gemms:
+    `gemms` of rs's program with its leaves specialized, when known (else found here)."""
     lanes = lanes or info.lanes
     unrolled = recursion_depth > 1
     parallel_columns = parallel_columns and not unrolled
-    found = _prepare(rs, node_tile, hoist, level_tails and not unrolled)
+    found = _prepare(rs, node_tile, hoist, level_tails and not unrolled, program_gemms)
     tiles = weight_tiles(found, node_tile, lanes, info.registers, max_column_vectors)
     for weight, tile in sorted(tiles.items()):
         if tile is not None:
@@ -232,9 +241,9 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
     return rs
 
 
-def _prepare(rs, node_tile: int, hoist: bool, level_tails: bool = True) -> list:
+def _prepare(rs, node_tile: int, hoist: bool, level_tails: bool = True, program_gemms=None) -> list:
     """derive's first steps (leaves specialized, maybe hoisted, fast math, levels split into
-    whole tiles and a tail, or padded): the GEMMs."""
+    whole tiles and a tail, or padded): the GEMMs (from `program_gemms` when given)."""
     rs.specialize_leaves()
     if hoist and _leaves_compute(rs):
         try:
@@ -246,10 +255,10 @@ def _prepare(rs, node_tile: int, hoist: bool, level_tails: bool = True) -> list:
         rs.level_tails(node_tile)
     else:
         rs.pad_levels(node_tile)
-    return gemms(rs)
+    return gemms(rs) if program_gemms is None else with_tail_copies(rs, program_gemms)
 
 
-def distinct_points(points, make_schedule, info) -> list:
+def distinct_points(points, make_schedule, info, program_gemms=None) -> list:
     """The points of `points` (knob dicts) whose derived kernels differ, first of each kept.
 
     `max_column_vectors` is a cap: where the register file clamps two caps to the same column
@@ -261,7 +270,7 @@ def distinct_points(points, make_schedule, info) -> list:
         nt, hoist = int(knobs.get("node_tile", 3)), bool(knobs.get("hoist", True))
         if (nt, hoist) not in found:
             rs = make_schedule()
-            gemms_found = _prepare(rs, nt, hoist)
+            gemms_found = _prepare(rs, nt, hoist, program_gemms=program_gemms)
             # a hoisted leaf table is computed once from the weights, outside the kernel
             kernel = {g.weight for g in gemms_found if rs._function_of(g.block) == FUNC_NAME}
             found[(nt, hoist)] = (gemms_found, kernel)
