@@ -34,7 +34,8 @@ class LevelPass:
     def __init__(self, stages: dict, numpy_stages: dict, program: ra.RecProgram, target):
         gpu = target.kind.name == "cuda"
         # (a GPU's levels put each node on a thread block: the forward pays from one node a level)
-        lanes, cores = (GPU_LANES, 1) if gpu else (cpu_info(target).lanes, cpu_info(target).cores)
+        info = None if gpu else cpu_info(target)
+        lanes, cores = (GPU_LANES, 1) if gpu else (info.lanes, info.cores)
         #: stage -> keys of the blocks whose values the forward keeps one level of only
         self.transient = transient_blocks(stages, numpy_stages, program, lanes, cores)
         self._stages, self._program, self._gpu = (stages, numpy_stages), program, gpu

@@ -143,7 +143,8 @@ def schedule_model(model, target, schedule=None, bf16_dot: bool = True):
     def fresh():
         return RecSchedule(model.lower(specialize_leaves=False))
 
-    recipe = recipes.resolve(model, target, schedule)
+    # (a Recipe is already resolved: the compile resolves its recipe once)
+    recipe = schedule if isinstance(schedule, recipes.Recipe) else recipes.resolve(model, target, schedule)
     if bf16_dot:
         recipe = recipes.for_target(recipe, target)
     elif recipe.bf16_dot:

@@ -14,9 +14,9 @@ import numpy as np
 from . import recipes
 from .adjoint import Adjoint
 from .build import build_module, build_schedule, schedule_model
-from .padding import compiled_form
-from .recipes import check_precision, with_precision
-from .target import cpu_info, cuda_sm_count, make_target
+from .padding import program_facts
+from .recipes import Recipe, check_precision, with_precision
+from .target import cpu_info, cuda_sm_count
 from .tune.apply import resolve_recipe
 from .tune.pretrained import choose
 
@@ -51,7 +51,9 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
     (`adjoint.Adjoint`): `compiled.vjp(trees)`, and `as_torch()` with parameters and gradients."""
     if not isinstance(bounds_check, bool):
         raise TypeError(f"bounds_check must be a bool, got {type(bounds_check).__name__}")
-    tgt = make_target(target)
+    # the target, the padded model and its GEMMs, found once for every stage below
+    facts = program_facts(model, target)
+    tgt, kernel_model = facts.target, facts.kernel_model
     check_precision(precision, tgt)
     adjoint = training_pass(model, tgt, precision, training)
     ranked = isinstance(schedule, str) and schedule == RANKED
@@ -59,18 +61,18 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
         # a log's record for this model wins; without one, "ranked" still ranks
         schedule = resolve_recipe(model, tuning_log, tgt, None if ranked else schedule, precision)
         ranked = ranked and schedule is None
-    kernel_model = compiled_form(model, tgt)
+    if ranked and tgt.kind.name != "llvm":
+        raise ValueError(f"schedule={RANKED!r} ranks the derived CPU schedule; the target is {tgt.kind.name!r}")
+    recipe = recipes.resolve(kernel_model, tgt, None if ranked else schedule, facts)
     if ranked:
-        if tgt.kind.name != "llvm":
-            raise ValueError(f"schedule={RANKED!r} ranks the derived CPU schedule; the target is {tgt.kind.name!r}")
         # the shipped cost model ranks a few configurations of the derived schedule, unmeasured:
         # each one's schedule is applied to read its program (0.7-6 s at the zoo's sizes)
-        schedule = choose(recipes.resolve(kernel_model, tgt, None), kernel_model, tgt)
-    schedule = with_unroll_depth(kernel_model, tgt, schedule, max_unroll_depth)
+        recipe = choose(recipe, kernel_model, tgt, facts)
+    recipe = unrolled(recipe, tgt, max_unroll_depth)
     if adjoint is not None:
-        schedule = without_leaf_tables(kernel_model, tgt, schedule)
-    schedule = with_device_grid(with_precision(recipes.resolve(kernel_model, tgt, schedule), precision), tgt)
-    rs, recipe = schedule_model(kernel_model, tgt, schedule)
+        recipe = without_leaf_tables(recipe)
+    recipe = with_device_grid(with_precision(recipe, precision), tgt)
+    rs, recipe = schedule_model(kernel_model, tgt, recipe)
     compiled = build_schedule(kernel_model, rs, tgt, recipe, bounds_check,
                               state_shapes=[s.shape for s in model.program.states])
     if adjoint is not None:
@@ -83,14 +85,13 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
 HOIST_KNOB = "hoist"
 
 
-def without_leaf_tables(model, target, schedule):
-    """The schedule with its leaf tables (`hoist`) turned off, where it has the knob.
+def without_leaf_tables(recipe):
+    """The recipe with its leaf tables (`hoist`) turned off, where it has the knob.
 
     A table holds the leaf state of every word of the vocabulary, computed from the weights by
     the parameter transforms: cheap once for inference, but training changes the weights at
     every step, and recomputing a table for every word (TreeLSTM: a (V, E) x (E, 3H) product)
     costs more than the leaves of a batch."""
-    recipe = recipes.resolve(model, target, schedule)
     return recipe.with_knobs(**{HOIST_KNOB: False}) if HOIST_KNOB in recipe.knobs else recipe
 
 
@@ -123,10 +124,11 @@ def cross_compile(model, target, path, schedule=None, precision="fp32") -> str:
     the kernel's sizes (`weight_padding`: [axis, block, size, padded size] per padded axis;
     pad the user's weights with zeros the same way before the transforms).  Returns `path`.
     """
-    tgt = make_target(target)
+    facts = program_facts(model, target)
+    tgt, kernel_model = facts.target, facts.kernel_model
     check_precision(precision, tgt)
-    kernel_model = compiled_form(model, tgt)
-    rs, _ = schedule_model(kernel_model, tgt, with_precision(recipes.resolve(kernel_model, tgt, schedule), precision))
+    rs, _ = schedule_model(kernel_model, tgt, with_precision(recipes.resolve(kernel_model, tgt, schedule, facts),
+                                                              precision))
     mod = rs.finalize().module()
     build_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
     padding = getattr(kernel_model, "weight_padding", None) or {}
@@ -171,11 +173,15 @@ def with_unroll_depth(model, target, schedule, depth):
 
     Example: ``model.compile(schedule=with_unroll_depth(model, make_target("llvm"), None, 2))``.
     """
+    return schedule if depth is None else unrolled(recipes.resolve(model, target, schedule), target, depth)
+
+
+def unrolled(recipe, target, depth) -> Recipe:
+    """`with_unroll_depth` of a recipe already resolved (depth None: the recipe itself)."""
     if depth is None:
-        return schedule
+        return recipe
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
         raise ValueError(f"max_unroll_depth must be a positive int or None, got {depth!r}")
-    recipe = recipes.resolve(model, target, schedule)
     if UNROLL_KNOB in recipe.knobs:
         return recipe.with_knobs(**{UNROLL_KNOB: depth})
     if depth == 1:
@@ -187,9 +193,8 @@ def with_unroll_depth(model, target, schedule, depth):
     recipe = recipe.with_knobs(**off) if off else recipe
     chunks = cpu_info(target).cores
 
-    def unrolled(rs):
+    def then_unroll(rs):
         recipe.apply(rs)
         rs.unroll_recursion(depth, chunks=chunks)
         return rs
-    unrolled.__name__ = f"{recipe.name}+unroll{depth}"
-    return unrolled
+    return Recipe(f"{recipe.name}+unroll{depth}", apply_fn=then_unroll)

@@ -43,6 +43,12 @@ def tail_name(block: str, remainder: int) -> str:
     return f"{block}_tail{remainder}"
 
 
+def copied_from(block: str) -> str:
+    """The block a remainder's copy (`tail_name`) was made from; `block` itself for any other."""
+    m = re.fullmatch(r"(.+)_tail\d+", block)
+    return m.group(1) if m else block
+
+
 def node_set(block: str) -> int:
     """0 for a block of the whole tiles, r for one of the copy that takes a remainder of r nodes."""
     m = _TAIL.search(block)

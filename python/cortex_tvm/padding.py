@@ -17,9 +17,12 @@ constant to them, cannot be padded this way and compiles at its own sizes.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, replace
+
+from tvm.target import Target
 
 from .schedule import RecSchedule, derive
-from .target import cpu_info, make_target
+from .target import CpuInfo, cpu_info, make_target
 from .weights import pad_blocks
 
 #: model attributes that are sizes of vectors the kernel computes on
@@ -91,17 +94,17 @@ def padded(model, multiple: int):
 MAX_WASTE = 0.125
 
 
-def pad_multiple(model, info) -> int:
+def pad_multiple(model, info, middles=None) -> int:
     """The size multiple to pad to: the vector width, times the column vectors the narrowest
     internal GEMM's register tile can use when that costs at most MAX_WASTE more work.
 
     TreeFC (one accumulator row per node) on AVX2 at H=150: 152 = 19 vectors leaves a tile of
     one vector (19 is prime); 160 = 20 vectors takes four (32 columns) for 5% more work.  A
     TreeLSTM tile holds all five gates of one vector, so it pads to the vector width only.
+    `middles`: the internal (not leaf) GEMMs' `Gemm.middle`, when known (else found here).
     """
-    rs = RecSchedule(model.lower(specialize_leaves=True))
-    leaves = set(rs.block_names("leaves"))
-    middles = [g.middle for g in derive.gemms(rs) if g.block not in leaves]
+    if middles is None:
+        middles = internal_middles(RecSchedule(model.lower(specialize_leaves=True)))[1]
     node_tile = derive.default_node_tile(max(middles, default=1), info)
     vectors = derive.column_vectors(min(middles, default=1), node_tile, info.lanes, info.registers, 4)
     sizes = [getattr(model, a) for a in SIZE_ATTRS
@@ -113,11 +116,63 @@ def pad_multiple(model, info) -> int:
     return info.lanes
 
 
+def internal_middles(rs) -> tuple:
+    """(the GEMMs of `rs`'s program, the middles of those not in a leaf block)."""
+    found = tuple(derive.gemms(rs))
+    leaves = set(rs.block_names("leaves"))
+    return found, [g.middle for g in found if g.block not in leaves]
+
+
+@dataclass(frozen=True)
+class ProgramFacts:
+    """What one compile finds out once about its model and target (`program_facts`), handed to
+    the stages that would otherwise find it again: the derived recipe and its schedule
+    (`recipes.resolve`, `derive.derive`), the shipped cost model's ranking (`pretrained.choose`)."""
+
+    #: the TVM target, made once from the user's argument (`make_target`)
+    target: Target
+    #: the CPU's vector facts (`cpu_info`); None off a CPU
+    info: CpuInfo | None
+    #: the model as the kernel computes it (`compiled_form`: sizes padded, zero weights)
+    kernel_model: object
+    #: the GEMMs of kernel_model's program with its leaves specialized (`derive.gemms`); () off a CPU
+    gemms: tuple = ()
+
+
+def program_facts(model, target) -> ProgramFacts:
+    """The facts of compiling `model` for `target`: the target made, and for a CPU its vector
+    facts, the padded model and its GEMMs, each found once (the GEMMs of the padded model are
+    the model's own at the padded sizes: `padded_gemms`)."""
+    tgt = make_target(target)
+    if tgt.kind.name != "llvm":
+        return ProgramFacts(tgt, None, model)
+    info = cpu_info(tgt)
+    found, middles = internal_middles(RecSchedule(model.lower(specialize_leaves=True)))
+    kernel = padded(model, pad_multiple(model, info, middles)) or model
+    if kernel is not model:
+        found = padded_gemms(found, kernel.weight_padding)
+        if found is None:            # a GEMM whose columns are not whole blocks of a padded size
+            found = tuple(derive.gemms(RecSchedule(kernel.lower(specialize_leaves=True))))
+    return ProgramFacts(tgt, info, kernel, found)
+
+
+def padded_gemms(found, weight_padding: dict):
+    """The GEMMs `found` of a model's program as they are in its padded form (`padded`): a GEMM
+    whose columns are k blocks of a padded size has k blocks of the padded size; None when a
+    GEMM's columns run over a padded weight axis in other than whole blocks."""
+    out = []
+    for g in found:
+        pads = [p for p in weight_padding.get(g.weight, ()) if p[0] == g.axis]
+        if pads:
+            _, _, size, to = pads[0]
+            if g.columns % size:
+                return None
+            g = replace(g, columns=g.columns // size * to)
+        out.append(g)
+    return tuple(out)
+
+
 def compiled_form(model, target):
     """The model as a CPU kernel computes it: sizes rounded up (`pad_multiple`) with zero
     weights, so every size gets full vectors and register tiles (the model itself otherwise)."""
-    tgt = make_target(target)
-    if tgt.kind.name != "llvm":
-        return model
-    info = cpu_info(tgt)
-    return padded(model, pad_multiple(model, info)) or model
+    return program_facts(model, target).kernel_model

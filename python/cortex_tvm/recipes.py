@@ -211,15 +211,18 @@ def auto(rs: RecSchedule) -> RecSchedule:
     return rs
 
 
-def derived(model, target) -> Recipe:
+def derived(model, target, facts=None) -> Recipe:
     """The schedule derived from `model`'s program and the CPU `target` (see schedule/derive.py),
     as a recipe whose knobs (node tile, column vectors, lanes, unroll, hoisting, ...) the tuner
-    searches; the first candidate of each knob is the analytic default for this CPU."""
-    info = cpu_info(target)
-    found = _derive.gemms(RecSchedule(model.lower(specialize_leaves=True)))
+    searches; the first candidate of each knob is the analytic default for this CPU.  facts: the
+    compile's `padding.ProgramFacts` for `model` (its CPU and GEMMs, handed on to `derive.derive`
+    for the schedules of `model` it applies to; else found here, and by each schedule)."""
+    info = cpu_info(target) if facts is None else facts.info
+    program_gemms = None if facts is None else facts.gemms
+    found = _derive.gemms(RecSchedule(model.lower(specialize_leaves=True))) if facts is None else facts.gemms
     widest = max((g.middle for g in found), default=1)
     return Recipe("derived", model=type(model).__name__, target="llvm", default=True,
-                  apply_fn=lambda rs, **knobs: _derive.derive(rs, info, **knobs),
+                  apply_fn=lambda rs, **knobs: _derive.derive(rs, info, program_gemms=program_gemms, **knobs),
                   knobs=_derive.knob_space(widest, info, unrollable=model.program.spec.kind != "dag"))
 
 
@@ -262,18 +265,18 @@ def names() -> list:
     return sorted(shipped())
 
 
-def resolve(model, target, schedule) -> Recipe:
+def resolve(model, target, schedule, facts=None) -> Recipe:
     """The recipe for `schedule`: None (the model's default for the target), a name, a Recipe,
-    a JSON file path, or a callable taking a RecSchedule."""
+    a JSON file path, or a callable taking a RecSchedule.  facts: as `derived`'s."""
+    if isinstance(schedule, Recipe):
+        return schedule
     kind = target.kind.name
     recipes = shipped()
     if schedule is None or schedule == "derived":
         for r in recipes.values():
             if r.default and r.model == type(model).__name__ and r.target == kind and schedule is None:
                 return r
-        return derived(model, target) if kind == "llvm" else recipes["auto"]
-    if isinstance(schedule, Recipe):
-        return schedule
+        return derived(model, target, facts) if kind == "llvm" else recipes["auto"]
     if callable(schedule):
         return Recipe(getattr(schedule, "__name__", "custom"), apply_fn=schedule)
     if isinstance(schedule, str):

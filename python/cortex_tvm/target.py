@@ -267,9 +267,10 @@ class Machine:
     l3: int
 
     @classmethod
-    def of(cls, target, caches=None) -> "Machine":
-        """The target's CPU facts with `caches` (l1, l2, l3), by default this host's."""
-        info = cpu_info(target)
+    def of(cls, target, caches=None, info=None) -> "Machine":
+        """The target's CPU facts (`info`: its `cpu_info`, when known) with `caches` (l1, l2, l3),
+        by default this host's."""
+        info = cpu_info(target) if info is None else info
         l1, l2, l3 = caches or host_caches()
         return cls(info.lanes, info.registers, info.cores, int(l1), int(l2), int(l3))
 

@@ -33,8 +33,6 @@ per node and column vector of the program's widest GEMM).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import tvm
 import tvm_ffi
 
@@ -43,6 +41,8 @@ from ..plan import FUNC_NAME
 from ..target import bytes_of
 from .core import REDUCE, ScheduleError
 from .core import SPATIAL as _SPATIAL
+# (derive.gemms, derive.Gemm, derive.find_gemm: where callers have found them)
+from .gemms import ACCUMULATOR, Gemm, expr_vars, find_gemm, gemms, out_dtype, with_tail_copies  # noqa: F401
 
 #: iterations per node (`work_per_node`; multiply-adds for a reduction) from which a stage that
 #: is not a weight GEMM runs its nodes across cores (parallel_nodes): a 64 x 64 matrix-vector
@@ -54,99 +54,6 @@ PARALLEL_NODE_WORK = 4096
 #: workspace, which LLVM cannot promote to registers (3x slower); the build's TIR pipeline
 #: (`tir_pipeline.KeepTilesOnStack`) keeps an allocation up to this size an alloca instead
 STACK_BYTES = 2048
-#: the dtype of a register tile's accumulators where no block says (`Gemm.dtype` does): float32,
-#: bf16 weights included (`store_bf16` widens them, `dot_bf16`'s vdpbf16ps sums into float32)
-ACCUMULATOR = "float32"
-
-
-@dataclass(frozen=True)
-class Gemm:
-    """A reduction block against a weight: out[n, middle..., col] += A[n, k...] * W[.., col-row, k..]."""
-
-    block: str
-    weight: str
-    #: the weight axis indexed by the output column (the axis `pack` tiles)
-    axis: int
-    #: 1, or the extent of the middle axis that selects a block of weight rows (an LSTM's gates)
-    groups: int
-    #: extent of the output column axis
-    columns: int
-    #: accumulators per node and column vector: the product of the middle extents
-    middle: int
-    #: the dtype of the block's output, which its register tile accumulates in
-    dtype: str = ACCUMULATOR
-
-
-def _vars(expr) -> set:
-    found = set()
-    tvm_ffi.structural_walk(expr, (tvm.tirx.Var, lambda v: found.add(v)))
-    return found
-
-
-def _row_groups(expr, column, middle_iters):
-    """1 when expr is the column var, G when it is g * C + column with g a middle iter of extent G
-    (C = the column extent), None otherwise."""
-    if expr.same_as(column.var):
-        return 1
-    if not isinstance(expr, tvm.ir.prim.expr.Add):
-        return None
-    for scaled, col in ((expr.a, expr.b), (expr.b, expr.a)):
-        if col.same_as(column.var) and isinstance(scaled, tvm.ir.prim.expr.Mul):
-            for g, c in ((scaled.a, scaled.b), (scaled.b, scaled.a)):
-                match = [it for it in middle_iters if g.same_as(it.var)]
-                if match and isinstance(c, tvm.tirx.IntImm) and c.value == int(column.dom.extent):
-                    return int(match[0].dom.extent)
-    return None
-
-
-def find_gemm(rs, name: str, weights: set):
-    """The block's Gemm description, or None when it is not a reduction against one weight."""
-    block = rs.sch.get(rs._block(name))
-    iters = list(block.iter_vars)
-    kinds = [iv.iter_type for iv in iters]
-    if REDUCE not in kinds or kinds != sorted(kinds) or kinds.count(_SPATIAL) < 2:
-        return None
-    spatial = [iv for iv in iters if iv.iter_type == _SPATIAL]
-    column, middle = spatial[-1], spatial[1:-1]
-    if not isinstance(column.dom.extent, tvm.tirx.IntImm):
-        return None
-    reduce_vars = {iv.var for iv in iters if iv.iter_type == REDUCE}
-    found = []
-
-    def on_load(ld):
-        if ld.source.name in weights:
-            found.append(ld)
-    tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, on_load))
-
-    def axes_of_column(ld):
-        return [d for d, e in enumerate(ld.indices) if any(v.same_as(column.var) for v in _vars(e))]
-    # the B operand is the one weight indexed by the output column; a weight read without
-    # it (an embedding row gathered by word) is part of the A operand
-    by_column = [ld for ld in found if axes_of_column(ld)]
-    if len({ld.source.name for ld in by_column}) != 1 or len(axes_of_column(by_column[0])) != 1:
-        return None
-    load = by_column[0]
-    axis = axes_of_column(load)[0]
-    groups = _row_groups(load.indices[axis], column, middle)
-    other = [v for d, e in enumerate(load.indices) if d != axis for v in _vars(e)]
-    if groups is None or any(not any(v.same_as(r) for r in reduce_vars) for v in other):
-        return None
-    middle_extent = 1
-    for iv in middle:
-        if not isinstance(iv.dom.extent, tvm.tirx.IntImm):
-            return None
-        middle_extent *= int(iv.dom.extent)
-    return Gemm(name, load.source.name, axis, groups, int(column.dom.extent), middle_extent, _out_dtype(block))
-
-
-def _out_dtype(block) -> str:          # the dtype of the buffer a block writes (accumulates in)
-    return str(block.writes[0].source.dtype) if block.writes else ACCUMULATOR
-
-
-def gemms(rs) -> list:
-    """Every GEMM block of the scheduled program (the leaf tables' first, when hoisted), leaves first."""
-    weights = {name for name, _, _ in rs.signature.model_weights()}
-    return [g for g in (find_gemm(rs, name, weights) for name in rs.block_names()) if g is not None]
 
 
 def fits(accumulators: int, node_tile: int, lanes: int, registers: int, dtype=ACCUMULATOR) -> bool:
@@ -195,15 +102,16 @@ def _is_untransformed(rs, name):
 def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int | None = None,
            k_unroll: int = 8, hoist: bool = True, parallel_columns: bool = True,
            unroll_depth: int = 1, persistent_threads: bool = False, recursion_depth: int = 1,
-           level_tails: bool = True):
+           level_tails: bool = True, program_gemms=None):
     """Apply the derived schedule to a fresh RecSchedule (see the module docstring); returns rs.
 
     recursion_depth > 1: CORTEX's recursive unrolling (`unroll_recursion`, one chunk of
-    groups per core) instead of parallel columns and level-loop unrolling."""
+    groups per core) instead of parallel columns and level-loop unrolling.  program_gemms:
+    `gemms` of rs's program with its leaves specialized, when known (else found here)."""
     lanes = lanes or info.lanes
     unrolled = recursion_depth > 1
     parallel_columns = parallel_columns and not unrolled
-    found = _prepare(rs, node_tile, hoist, level_tails and not unrolled)
+    found = _prepare(rs, node_tile, hoist, level_tails and not unrolled, program_gemms)
     tiles = weight_tiles(found, node_tile, lanes, info.registers, max_column_vectors)
     for weight, tile in sorted(tiles.items()):
         if tile is not None:
@@ -245,9 +153,9 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
     return rs
 
 
-def _prepare(rs, node_tile: int, hoist: bool, level_tails: bool = True) -> list:
+def _prepare(rs, node_tile: int, hoist: bool, level_tails: bool = True, program_gemms=None) -> list:
     """derive's first steps (leaves specialized, maybe hoisted, fast math, levels split into
-    whole tiles and a tail, or padded): the GEMMs."""
+    whole tiles and a tail, or padded): the GEMMs (from `program_gemms` when given)."""
     rs.specialize_leaves()
     if hoist and _leaves_compute(rs):
         try:
@@ -259,10 +167,10 @@ def _prepare(rs, node_tile: int, hoist: bool, level_tails: bool = True) -> list:
         rs.level_tails(node_tile)
     else:
         rs.pad_levels(node_tile)
-    return gemms(rs)
+    return gemms(rs) if program_gemms is None else with_tail_copies(rs, program_gemms)
 
 
-def distinct_points(points, make_schedule, info) -> list:
+def distinct_points(points, make_schedule, info, program_gemms=None) -> list:
     """The points of `points` (knob dicts) whose derived kernels differ, first of each kept.
 
     `max_column_vectors` is a cap: where the register file clamps two caps to the same column
@@ -274,7 +182,7 @@ def distinct_points(points, make_schedule, info) -> list:
         nt, hoist = int(knobs.get("node_tile", 3)), bool(knobs.get("hoist", True))
         if (nt, hoist) not in found:
             rs = make_schedule()
-            gemms_found = _prepare(rs, nt, hoist)
+            gemms_found = _prepare(rs, nt, hoist, program_gemms=program_gemms)
             # a hoisted leaf table is computed once from the weights, outside the kernel
             kernel = {g.weight for g in gemms_found if rs._function_of(g.block) == FUNC_NAME}
             found[(nt, hoist)] = (gemms_found, kernel)
@@ -314,7 +222,7 @@ def reduction_tile(rs, name: str, info, lanes: int) -> tuple:
     rows_of_weight = []
 
     def on_load(ld):
-        used = set().union(*(_vars(e) for e in ld.indices)) if ld.indices else set()
+        used = set().union(*(expr_vars(e) for e in ld.indices)) if ld.indices else set()
         if ld.source.name in weights and row.var in used and used <= reduce_vars | {row.var}:
             rows_of_weight.append(ld)
     tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, on_load))
@@ -324,7 +232,7 @@ def reduction_tile(rs, name: str, info, lanes: int) -> tuple:
     for rows in (6, 4, 3, 2, 1):
         for vectors in (4, 2, 1):
             if (int(row.dom.extent) % rows or int(column.dom.extent) % (vectors * lanes)
-                    or not fits(rows * vectors, vectors, lanes, info.registers, _out_dtype(block))):
+                    or not fits(rows * vectors, vectors, lanes, info.registers, out_dtype(block))):
                 continue
             if rows * vectors > best[0] * best[1]:
                 best = (rows, vectors)

@@ -102,36 +102,39 @@ def candidates(recipe) -> list:
 _choices: dict = {}
 
 
-def choice(recipe, kernel_model, target, booster=None):
+def choice(recipe, kernel_model, target, booster=None, facts=None):
     """The candidate point the shipped model (or `booster`) ranks first (no measurement), or
     None when no model is shipped, the recipe is not the derived one, or the bundled sentences cannot
     spell the model's structures.  Each candidate's schedule is applied (0.1-0.3 s, no build)
-    to read its program's features."""
+    to read its program's features.  facts: the compile's `padding.ProgramFacts` (its CPU and
+    GEMMs, else found here)."""
     if recipe.name != "derived":
         return None
     lowered = kernel_model.lower(specialize_leaves=False)
     if booster is not None:              # a caller's own model: ranked afresh, not remembered
-        return _rank(recipe, kernel_model, lowered, target, booster)
+        return _rank(recipe, kernel_model, lowered, target, booster, facts)
     if shipped_booster() is None:
         return None
     key = (tvm_ffi.structural_hash(lowered.mod), str(target), repr(sorted(recipe.knobs.items())))
     if key not in _choices:
-        _choices[key] = _rank(recipe, kernel_model, lowered, target, shipped_booster())
+        _choices[key] = _rank(recipe, kernel_model, lowered, target, shipped_booster(), facts)
     return _choices[key]
 
 
-def _rank(recipe, kernel_model, lowered, target, booster):
+def _rank(recipe, kernel_model, lowered, target, booster, facts=None):
     import xgboost as xgb
     try:
         stats = typical_stats(kernel_model)
     except ValueError:       # a model whose structures the bundled sentences cannot spell
         return None
-    machine = Machine.of(target)
+    info = cpu_info(target) if facts is None else facts.info
+    machine = Machine.of(target, info=info)
     points, vectors = [], []
 
     def fresh():
         return RecSchedule(lowered)
-    distinct = derive.distinct_points([p.as_dict() for p in candidates(recipe)], fresh, cpu_info(target))
+    distinct = derive.distinct_points([p.as_dict() for p in candidates(recipe)], fresh, info,
+                                      None if facts is None else facts.gemms)
     for point in (TuningPoint.of(**knobs) for knobs in distinct):
         try:
             rs = recipe.with_knobs(**point.as_dict()).apply(fresh())
@@ -148,10 +151,10 @@ def _rank(recipe, kernel_model, lowered, target, booster):
     return points[best] if scores[best] - scores[0] > MARGIN else points[0]
 
 
-def choose(recipe, kernel_model, target):
+def choose(recipe, kernel_model, target, facts=None):
     """The derived recipe with the knobs the shipped model ranks first (no measurement);
-    the recipe unchanged when there is no choice to make (see `choice`)."""
-    best = choice(recipe, kernel_model, target)
+    the recipe unchanged when there is no choice to make (see `choice`; facts: as its)."""
+    best = choice(recipe, kernel_model, target, facts=facts)
     return recipe if best is None else recipe.with_knobs(**best.as_dict())
 
 
