@@ -14,9 +14,9 @@ import numpy as np
 from . import recipes
 from .adjoint import Adjoint
 from .build import build_module, build_schedule, schedule_model
-from .padding import program_facts
+from .padding import compiled_form, program_facts  # noqa: F401  (compiled_form: imported from here)
 from .recipes import Recipe, check_precision, with_precision
-from .target import cpu_info, cuda_sm_count
+from .target import cpu_info, cuda_sm_count, make_target  # noqa: F401  (make_target: imported from here)
 from .tune.apply import resolve_recipe
 from .tune.pretrained import choose
 
