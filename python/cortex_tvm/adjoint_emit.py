@@ -57,6 +57,16 @@ class _Block:
         if self.position is None or not self.out_indices or not self.out_indices[0].same_as(self.position):
             raise Unsupported(f"block {self.name!r} does not write its node's row")
 
+    def used_axes(self, indices) -> list:
+        """The block's axes but the node's that some of `indices` read, (var, extent), in order."""
+        return [(v, ext) for v, ext in self.axes
+                if not v.same_as(self.position) and any(uses(i, v) for i in indices)]
+
+    def summed_axes(self, used) -> list:
+        """The block's axes but the node's and those of `used`: what a nest over `used` sums."""
+        return [(v, ext) for v, ext in self.axes
+                if not v.same_as(self.position) and not any(v.same_as(u) for u, _ in used)]
+
 
 class StageEmitter:
     """The TIR for one stage's level: the stage (`lower.Stage`) and its numpy twin

@@ -29,6 +29,7 @@ fixed order: no atomics, the same result every run.  A TreeLSTM level::
 from __future__ import annotations
 
 import contextlib
+import math
 
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
@@ -37,7 +38,7 @@ from .adjoint_emit import StageEmitter
 from .adjoint_nest import POSITION, ROW
 from .adjoint_weights import with_adjoint
 from .linearize import NULL_SLOT
-from .tir_builder import axes_grid, uses
+from .tir_builder import axes_grid
 
 #: threads of a node's block (and of a weight sum's blocks)
 THREADS = 128
@@ -73,9 +74,7 @@ class GpuRun:
 def thread_elements(shape, body):
     """body(index list) for every element of `shape`, each on one of THREADS threads, then a
     barrier."""
-    total = 1
-    for d in shape:
-        total *= int(d)
+    total = math.prod(int(d) for d in shape)
     with Tb.thread_binding(0, THREADS, "threadIdx.x") as thread:
         with Tb.serial(0, (total + THREADS - 1) // THREADS) as step:
             flat = step * THREADS + thread
@@ -115,10 +114,8 @@ class GpuStageEmitter(StageEmitter):
     def _nest(self, block, indices, coeff, bufs, run, write, skip_null=None):
         """`coeff` summed over the block's axes `indices` do not use, then `write(rewrite,
         value)` at each element they index: one element per thread."""
-        used = [(v, ext) for v, ext in block.axes
-                if not v.same_as(block.position) and any(uses(i, v) for i in indices)]
-        summed = [(v, ext) for v, ext in block.axes
-                  if not v.same_as(block.position) and not any(v.same_as(u) for u, _ in used)]
+        used = block.used_axes(indices)
+        summed = block.summed_axes(used)
 
         def rewriter(mapping):
             mapping = {**mapping, block.position: run.position, ROW: run.row, POSITION: run.position}
@@ -151,12 +148,9 @@ class GpuStageEmitter(StageEmitter):
 def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, offset, count):
     """`adjoint_weights.emit_weight_read` on a GPU: each element of `out` (over `axes`) on a
     thread, adding the read's gradient of the stage's nodes [offset, offset + count) in turn."""
-    summed = [(v, ext) for v, ext in block.axes
-              if not v.same_as(block.position) and not any(v.same_as(a) for a, _ in axes)]
+    summed = block.summed_axes(axes)
     adj = bufs["adj"][block.key]
-    total = 1
-    for _, ext in axes:
-        total *= int(ext)
+    total = math.prod(int(ext) for _, ext in axes)
 
     def rewrite(e, mapping, n):
         mapping = {**mapping, block.position: n, ROW: n, POSITION: n}
@@ -180,17 +174,9 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
 def emit_add_rows(grad, rows, by, offset, count):
     """grad[by[offset + n], ...] += rows[n, ...] for n in range(count), in order: one block,
     each thread its own elements of a row, so no two threads write one element."""
-    shape = [int(d) for d in grad.shape[1:]]
-    total = 1
-    for d in shape:
-        total *= d
+    def add(ix):
+        with Tb.serial(0, count) as n:
+            at = by[offset + n]
+            Tb.buffer_store(grad, grad[[at] + ix] + rows[[n] + ix], [at] + ix)
     with Tb.thread_binding(0, 1, "blockIdx.x"):
-        with Tb.thread_binding(0, THREADS, "threadIdx.x") as thread:
-            with Tb.serial(0, (total + THREADS - 1) // THREADS) as step:
-                flat = step * THREADS + thread
-                with Tb.If(flat < total):
-                    with Tb.Then():
-                        ix = _unravel(flat, shape)
-                        with Tb.serial(0, count) as n:
-                            at = by[offset + n]
-                            Tb.buffer_store(grad, grad[[at] + ix] + rows[[n] + ix], [at] + ix)
+        thread_elements([int(d) for d in grad.shape[1:]], add)

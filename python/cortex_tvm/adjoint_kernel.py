@@ -93,8 +93,9 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
             Tb.func_name(fname)
             Tb.func_attr({"tirx.noalias": True, "global_symbol": fname})
             N, L1 = Tb.int32(), Tb.int32()
-            for emitter in emitters.values():
-                emitter.grid = N                    # (a GPU's blocks per level: every slot)
+            if gpu:
+                for emitter in emitters.values():
+                    emitter.grid = N                # a level's blocks: every slot of the batch
             level_offsets = _arg("level_offsets", (L1,), "int32")
             params.append(("level_offsets",))
             placeholders, inputs, transposed_inputs = {}, {}, {}
@@ -188,7 +189,7 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                 # the gradients of the weights every level reads alike, over all of a stage's nodes
                 for name, first, last, block, stand_in, load, coeff, axes, out in sums:
                     sum_nest(emitters[name], block, stand_in, load, coeff, axes, out, per_stage[name],
-                                     level_offsets[first], level_offsets[last] - level_offsets[first])
+                             level_offsets[first], level_offsets[last] - level_offsets[first])
                 # the rows read through the node's input, added into the weight's gradient by the
                 # input: serially, node after node (a word recurs; a fixed order, no atomics)
                 for name, first, last in (("leaf", 0, 1), ("internal", 1, L1 - 1)):
@@ -204,11 +205,12 @@ def _state_rows(emitter, value: dict, states: dict, first_node) -> set:
     state at the state's rows of the stage's nodes, from `first_node` on: one array holds both
     (`StageEmitter.state_blocks`).  Returns those states (a DeclBuffer each: after the last
     parameter)."""
-    for state, key in emitter.state_blocks().items():
+    found = emitter.state_blocks()
+    for state, key in found.items():
         row = value[key]
         value[key] = Tb.decl_buffer(row.shape, "float32", data=states[state].data,
                                     elem_offset=first_node * int(np.prod([int(d) for d in row.shape[1:]])))
-    return set(emitter.state_blocks())
+    return set(found)
 
 
 def _emit_add_rows(grad, rows, by, offset, count, lanes):

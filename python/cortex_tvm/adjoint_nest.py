@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 
-import tvm
-import tvm_ffi
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
@@ -45,12 +43,8 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
     their turns inside each chunk of columns, so the weights' slice that a chunk reads
     stays in the cache from one tile to the next; a nest with no summed axis is
     elementwise (`direct`)."""
-    index_vars = set()
-    for index in indices:
-        tvm_ffi.structural_walk(index, (tvm.ir.Var, lambda v: index_vars.add(v)), order="post")
-    free = [(v, ext) for v, ext in block.axes if not v.same_as(block.position)]
-    used = [(v, ext) for v, ext in free if any(v.same_as(u) for u in index_vars)]
-    summed = [(v, ext) for v, ext in free if not any(v.same_as(u) for u, _ in used)]
+    used = block.used_axes(indices)
+    summed = block.summed_axes(used)
     inner = next(((v, ext) for v, ext in used if v.same_as(indices[-1])), None)
     outer = [(v, ext) for v, ext in used if inner is None or not v.same_as(inner[0])]
     inner_axes = [inner] if inner else []

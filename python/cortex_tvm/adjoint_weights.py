@@ -76,8 +76,7 @@ def read_axes(block, load) -> list:
     """The block's axes a read's indices use, (var, extent), in the block's order except the
     last of those its last index uses (k in U[g*H + i, j*H + k]: the vector of lanes), which
     comes last."""
-    used = [(v, ext) for v, ext in block.axes
-            if not v.same_as(block.position) and any(uses(i, v) for i in load.indices)]
+    used = block.used_axes(load.indices)
     last = [a for a in used if uses(load.indices[-1], a[0])][-1:]
     return [a for a in used if a not in last] + last
 
@@ -119,8 +118,7 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
     """Add the nest filling `out` (over `axes`) with the read's gradient summed over the stage's
     nodes [offset, offset + count) (rows 0 ..) and the block's other axes; parallel over the
     tiles of `out` (no two write one element)."""
-    summed = [(v, ext) for v, ext in block.axes
-              if not v.same_as(block.position) and not any(v.same_as(a) for a, _ in axes)]
+    summed = block.summed_axes(axes)
     inner = axes[-1] if uses(load.indices[-1], axes[-1][0]) else None
     outer = [a for a in axes if inner is None or not a[0].same_as(inner[0])]
     tiled = max(outer, key=lambda a: int(a[1])) if outer else None
