@@ -16,6 +16,7 @@ from .adjoint import Adjoint
 from .build import build_module, build_schedule, schedule_model
 from .padding import compiled_form, program_facts  # noqa: F401  (compiled_form: imported from here)
 from .recipes import Recipe, check_precision, with_precision
+from .runtime import cannot_run_here
 from .target import cpu_info, cuda_sm_count, make_target  # noqa: F401  (make_target: imported from here)
 from .tune.apply import resolve_recipe
 from .tune.pretrained import choose
@@ -110,6 +111,9 @@ def training_pass(model, target, precision, training):
     if target.kind.name not in ("llvm", "cuda"):
         raise ValueError(f"training=True: the backward pass is built for target 'llvm' or 'cuda', "
                          f"not {target.kind.name!r}")
+    foreign = None if target.kind.name == "cuda" else cannot_run_here(target)
+    if foreign is not None:           # the backward is built to run in this process, on this CPU
+        raise ValueError(f"training=True needs a target this machine runs: {foreign}")
     return Adjoint(model.program, model.linearize, target)
 
 
