@@ -136,10 +136,21 @@ def test_summary_reports_the_backward_alone_against_sgemm():
     assert case["cortex_tvm_backward_pct_of_sgemm"] == pytest.approx(50.0)
 
 
+def test_embed_is_refused_where_it_has_no_meaning():
+    with pytest.raises(SystemExit, match="--embed: the models whose word width may differ from H"):
+        run.bench(_bench_args(["--embed", "24", "--models", "treefc", "--systems", "cortex_tvm"]))
+    with pytest.raises(SystemExit, match="give one of them"):
+        run.bench(_bench_args(["--embed", "24", "--features", "32", "--systems", "cortex_tvm"]))
+    with pytest.raises(SystemExit, match="--embed must be >= 1"):
+        run.bench(_bench_args(["--embed", "0", "--systems", "cortex_tvm"]))
+
+
 def test_train_end_to_end(tmp_path):
+    """With word vectors wider than the hidden size (--embed, x = 24, H = 16: the SST recipe's
+    x = 300, h = 150 in small), ours and PyTorch by height on the same weights."""
     out = tmp_path / "train.json"
     cmd = [sys.executable, "-m", "cortex_tvm.cli", "bench", "--train", "--models", "treelstm", "--hidden", "16",
-           "--batch", "2", "--batches", "2", "--repeats", "1", "--rounds", "1", "--threads", "2",
+           "--embed", "24", "--batch", "2", "--batches", "2", "--repeats", "1", "--rounds", "1", "--threads", "2",
            "--systems", "cortex_tvm", "torch-levels", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)   # a hang guard only
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -161,6 +172,7 @@ def test_train_end_to_end(tmp_path):
     else:
         assert "not installed" in rows["torch-levels"]["skipped"]
     case, = result["cases"]
+    assert case["embed"] == 24 and "TreeLSTM H=16 x=24 batch=2" in proc.stdout
     assert case["grad_check"]["weight"] == "U" and len(case["grad_check"]["ref_max_abs"]) == 2
     assert case["cortex_tvm_backward_ms"] > 0 and case["cortex_tvm_backward_pct_of_sgemm"] > 0
     for needle in ("TRAINING STEPS", "ms/step", "dU rel err", "training step (forward + backward)",

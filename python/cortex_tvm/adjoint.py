@@ -42,6 +42,7 @@ from .adjoint_emit import Unsupported
 from .adjoint_pass import LevelPass
 from .adjoint_numpy import NOT_WEIGHTS, RULES, WEIGHTS, Level, check_rules, scatter_invariant
 from .blas_threads import single_threaded_blas
+from .distinct_leaves import distinct_leaf_count, distinct_leaves_first
 from .scratch import Recycled, held_rows, zero
 from .stage_numpy import StageNumpy
 
@@ -84,6 +85,17 @@ class Adjoint:
                 self.level_pass_note = None
             except Unsupported as err:
                 self.level_pass_note = str(err)
+        #: whether `layout` lists each word's first leaf before its repeats, which the compiled
+        #: CPU pass then computes once: the leaf stage reads nothing of the node but its word
+        self.distinct_leaves = (self.level_pass is not None and self.level_pass.device is None and
+                                all(isinstance(k, (ra.Weight, ra.NodeInput)) for k in lowered["leaf"].placeholders))
+
+    def layout(self, lin):
+        """The layout `vjp` and `forward` take for the batch laid out as `lin` (one node per slot,
+        `self.linearize`'s): with `distinct_leaves`, each word's first leaf before the leaves that
+        repeat it (`distinct_leaves.distinct_leaves_first`), which copy its states in the forward
+        and add their adjoints into its own in the backward; else `lin` itself."""
+        return distinct_leaves_first(lin) if self.distinct_leaves else lin
 
     def _workspace(self, stage: str) -> dict:
         """This thread's arrays for `stage` (`Level.allocate`)."""
@@ -162,6 +174,9 @@ class Adjoint:
         offsets, ranges = lin.level_offsets, _stage_ranges(lin)
         whole = {}
         if self.level_pass is None:
+            if lin.leaf_sources is not None:
+                raise ValueError("the numpy backward runs every leaf: a layout with repeated leaves "
+                                 "(Adjoint.layout) is for the compiled pass")
             for name, (start, end) in ranges.items():
                 if end > start:
                     whole[name] = Level(self.stages[name], lin, states, weights, d_states, start, end - start)
@@ -208,6 +223,8 @@ class _Gradients(dict):
 
 
 def _stage_ranges(lin) -> dict:
-    """{stage: (first node, end)}: the leaves are level 0, the internal nodes every later level."""
+    """{stage: (first node, end)}: the leaves are level 0 (those a pass computes: each word's
+    first, where the layout lists repeats after them), the internal nodes every later level."""
     offsets = lin.level_offsets
-    return {"leaf": (int(offsets[0]), int(offsets[1])), "internal": (int(offsets[1]), int(offsets[-1]))}
+    return {"leaf": (int(offsets[0]), int(offsets[0]) + distinct_leaf_count(lin)),
+            "internal": (int(offsets[1]), int(offsets[-1]))}

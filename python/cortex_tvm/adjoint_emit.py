@@ -72,10 +72,10 @@ class StageEmitter:
     """The TIR for one stage's level: the stage (`lower.Stage`) and its numpy twin
     (`stage_numpy.StageNumpy`, whose block keys name the value and adjoint arrays)."""
 
-    def __init__(self, stage, numpy_stage, lanes: int, shares: int = 1):
-        #: lanes: float32 lanes of a vector; shares: the runs a level's nodes are split into
-        #: in a parallel loop (the cores)
-        self.stage, self.lanes, self.shares = stage, lanes, shares
+    def __init__(self, stage, numpy_stage, lanes: int, shares: int = 1, registers: int = 16):
+        #: lanes: float32 lanes of a vector; shares: the runs a level's nodes are split into (the
+        #: cores); registers: vector registers, for the weight sums' tiles (`adjoint_weights`)
+        self.stage, self.lanes, self.shares, self.registers = stage, lanes, shares, registers
         tir_blocks = list(sblocks(stage.func.body.block.body))
         if len(tir_blocks) != len(numpy_stage.blocks):
             raise Unsupported("the stage's blocks and their numpy reading differ")
@@ -86,23 +86,21 @@ class StageEmitter:
         #: what `partials` differentiates into: the weights read alike by every node (True), or
         #: stage tensors, states and the `gathered` reads
         self.weight_sinks = False
-        #: (block, read, node input) for each weight read through a node's input
-        #: (`emb[word[offset + n], e]`, `gather_input`) whose adjoint rows the level pass writes,
-        #: one row per node; filled by `adjoint_weights.weight_blocks` for the blocks whose weight
-        #: gradients it takes
+        #: (block, read, node input) for each weight read through a node's input (`emb[word[offset
+        #: + n], e]`, `gather_input`) whose adjoint rows the level pass writes, a row per node;
+        #: filled by `adjoint_weights.weight_blocks` for the blocks whose weight gradients it takes
         self.gathered = []
         #: keys of the blocks whose values only later blocks of the same node read (the
         #: backward does not): their value arrays hold one level's nodes, indexed by position in
         #: the level (`adjoint_kernel.transient_blocks`)
         self.transient = set()
-        #: states whose rows are the value arrays of the blocks that make them (`state_blocks`):
-        #: the forward writes those states by writing the values
+        #: states whose rows are the value arrays of the blocks that make them (`state_blocks`)
         self.state_values = set()
         self._positions = [block.position for block in self.blocks]
 
     def state_blocks(self) -> dict:
-        """{state: key of the block that makes it} where the block's row is the state's row
-        (same shape and dtype): one array can hold both, the state's rows of the stage's nodes."""
+        """{state: key of the block that makes it} where the block's row is the state's row (same
+        shape and dtype): one array, the state's rows of the stage's nodes, holds both."""
         found = {}
         for state, out_buf in self.output_of.items():
             key = self._tensor_key(out_buf)
@@ -159,8 +157,8 @@ class StageEmitter:
         return next((k for k, (_, g, _) in enumerate(self.gathered) if g.same_as(load)), None)
 
     def weight_of(self, buf):
-        return next((k for k, b in self.stage.placeholders.items() if isinstance(k, ra.Weight) and b.same_as(buf)),
-                    None)
+        return next((k for k, b in self.stage.placeholders.items() if isinstance(k, ra.Weight)
+                     and b.same_as(buf)), None)
 
     def has_sink(self, e) -> bool:
         found = []

@@ -49,9 +49,11 @@ NAMES = {"all": {True: PARALLEL, False: SERIAL},
 
 
 def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: int = 8,
-               parallel: bool = True, cores: int = 1, part: str = "all", transient=None, gpu: bool = False) -> tuple:
+               parallel: bool = True, cores: int = 1, part: str = "all", transient=None, gpu: bool = False,
+               registers: int = 16) -> tuple:
     """(PrimFunc, its parameters) of the level pass for the stages "leaf" and "internal"
-    (`lower.build_stage`) and their `StageNumpy` twins; `lanes`: float32 lanes of a vector;
+    (`lower.build_stage`) and their `StageNumpy` twins; `lanes`: float32 lanes of a vector,
+    `registers`: the CPU's vector registers (the weight sums' register tiles);
     parallel: each level's nodes in `cores` runs in a parallel loop (PARALLEL), or in a serial
     loop (SERIAL).  part: "all" (the recomputation of every node's values, then the levels
     from the roots down and the weights' sums), "forward" (the values level by level from the
@@ -59,7 +61,10 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     the values for "backward"), or "backward" (the levels and the sums alone).  Every part
     takes the same parameters.
 
-    Parameters, in order: ("level_offsets",), ("placeholder", key) for each int input and weight
+    Parameters, in order: ("level_offsets",), ("leaf_sources",) (the leaves that repeat an
+    earlier leaf's word, `distinct_leaves`: the passes compute level 0 but those, which copy
+    their word's first leaf's states in "forward" and add their adjoints into its own before
+    the leaves' backward; a GPU build runs every leaf and takes none), ("placeholder", key) for each int input and weight
     the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), per stage
     ("transposed", weight) for each weight its recomputation reads transposed and ("value" |
     "adj", stage, key, row shape) for each block (the stage's rows),
@@ -80,7 +85,7 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     blocks, a nest's elements on threads, the level loop on the host).
     Raises Unsupported where a stage has a shape this does not emit."""
     emitters = {name: GpuStageEmitter(stages[name], numpy_stages[name], grid=None) if gpu else
-                StageEmitter(stages[name], numpy_stages[name], lanes, cores) for name in ("leaf", "internal")}
+                StageEmitter(stages[name], numpy_stages[name], lanes, cores, registers) for name in ("leaf", "internal")}
     sum_nest, add_rows = (adjoint_gpu.emit_weight_read, adjoint_gpu.emit_add_rows) if gpu else \
         (emit_weight_read, functools.partial(_emit_add_rows, lanes=lanes))
     for name, keys in (transient or {}).items():
@@ -98,6 +103,9 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     emitter.grid = N                # a level's blocks: every slot of the batch
             level_offsets = _arg("level_offsets", (L1,), "int32")
             params.append(("level_offsets",))
+            repeats = Tb.int32()
+            leaf_sources = _arg("leaf_sources", (repeats,), "int32")
+            params.append(("leaf_sources",))
             placeholders, inputs, transposed_inputs = {}, {}, {}
             for name in ("leaf", "internal"):
                 for key, te_buf in stages[name].placeholders.items():
@@ -145,16 +153,19 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     params.append(("gathered", name, block.key, weight, node_input))
                 per_stage[name] = {"value": value, "adj": adj, "placeholder": placeholders, "d_state": d_states,
                                    "transposed": transposed, "gathered": gathered, "state": states}
+            # the leaves a pass runs on: each word's first (`distinct_leaves`; a GPU gets none repeated)
+            nodes_of = {"leaf": (level_offsets[0], level_offsets[1] - level_offsets[0] - (0 if gpu else repeats)),
+                        "internal": (level_offsets[1], level_offsets[L1 - 1] - level_offsets[1])}
             # the weights' gradients: every parameter comes before the first statement
             sums, dense = [], {}
-            for name, first, last in (("leaf", 0, 1), ("internal", 1, L1 - 1)):
+            for name in ("leaf", "internal"):
                 for block, stand_in, reads in weight_reads[name]:
                     for ordinal, (load, coeff, axes) in enumerate(reads):
                         shape = tuple(int(ext) for _, ext in axes)
                         out = _arg(f"grad_{name}_{block.out.name}_{ordinal}", shape, "float32")
                         params.append(("weight_read", name, block.key, ordinal, shape,
                                        emitters[name].weight_of(load.source), index_arrays(load, axes)))
-                        sums.append((name, first, last, block, stand_in, load, coeff, axes, out))
+                        sums.append((name, block, stand_in, load, coeff, axes, out))
             for name in ("leaf", "internal"):
                 for block, load, node_input in emitters[name].gathered:
                     weight = emitters[name].weight_of(load.source)
@@ -165,7 +176,8 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                 if part != "all":
                     emitter.state_values = _state_rows(emitter, per_stage[name]["value"], states,
                                                        level_offsets[0 if name == "leaf" else 1])
-            leaves = (level_offsets[0], level_offsets[1] - level_offsets[0])
+            leaves = nodes_of["leaf"]
+            repeated = None if gpu else (leaf_sources, leaves[0] + leaves[1], repeats)
             if part == "all":
                 # every node's values first (no recursion left: the states are known), then the levels
                 emitters["leaf"].emit_recompute(per_stage["leaf"], *leaves, parallel)
@@ -174,6 +186,8 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
             elif part == "forward":
                 # the leaves, then each level on the states of the one below
                 emitters["leaf"].emit_recompute(per_stage["leaf"], *leaves, parallel, write_states=True)
+                if repeated is not None:
+                    _emit_repeated_leaves(states, *repeated, lanes, copy=True)
                 with Tb.serial(1, L1 - 1) as level:
                     start = level_offsets[level]
                     emitters["internal"].emit_recompute(per_stage["internal"], start, level_offsets[level + 1] - start,
@@ -185,18 +199,19 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     start = level_offsets[level]
                     emitters["internal"].emit_level(per_stage["internal"], start, level_offsets[level + 1] - start,
                                                     start - level_offsets[1], parallel)
+                if repeated is not None:            # a repeated leaf's adjoint is its word's first leaf's
+                    _emit_repeated_leaves(d_states, *repeated, lanes, copy=False)
                 emitters["leaf"].emit_level(per_stage["leaf"], *leaves, 0, parallel)
                 # the gradients of the weights every level reads alike, over all of a stage's nodes
-                for name, first, last, block, stand_in, load, coeff, axes, out in sums:
-                    sum_nest(emitters[name], block, stand_in, load, coeff, axes, out, per_stage[name],
-                             level_offsets[first], level_offsets[last] - level_offsets[first])
+                for name, block, stand_in, load, coeff, axes, out in sums:
+                    sum_nest(emitters[name], block, stand_in, load, coeff, axes, out, per_stage[name], *nodes_of[name])
                 # the rows read through the node's input, added into the weight's gradient by the
                 # input: serially, node after node (a word recurs; a fixed order, no atomics)
-                for name, first, last in (("leaf", 0, 1), ("internal", 1, L1 - 1)):
+                for name in ("leaf", "internal"):
                     for index, (block, load, node_input) in enumerate(emitters[name].gathered):
                         weight = emitters[name].weight_of(load.source)
                         add_rows(dense[weight], per_stage[name]["gathered"][index], inputs[node_input],
-                                 level_offsets[first], level_offsets[last] - level_offsets[first])
+                                 *nodes_of[name])
     return fast_math.rewrite(ib.get()), params
 
 
@@ -211,6 +226,28 @@ def _state_rows(emitter, value: dict, states: dict, first_node) -> set:
         value[key] = Tb.decl_buffer(row.shape, "float32", data=states[state].data,
                                     elem_offset=first_node * int(np.prod([int(d) for d in row.shape[1:]])))
     return set(found)
+
+
+def _emit_repeated_leaves(arrays: dict, sources, first_repeat, count, lanes, copy: bool):
+    """For each repeated leaf j (`distinct_leaves`), at slot first_repeat + j, and each array of
+    `arrays` (state -> (N, *shape) rows): copy=True, its row becomes the row of its word's first
+    leaf, slot sources[j] (the forward's states); copy=False, its row is added into that one
+    (the adjoints: serially, in a fixed order, since a word repeats many times)."""
+    with (Tb.parallel if copy else Tb.serial)(0, count) as j:
+        source = Tb.bind(sources[j])
+        for rows in arrays.values():
+            shape = [int(d) for d in rows.shape[1:]]
+
+            def row(ix, rows=rows, shape=shape):
+                repeat, first = [first_repeat + j] + ix, [source] + ix
+                vector_loop(shape[-1], lanes, lambda k: Tb.buffer_store(
+                    rows, rows[first + [k]] if copy else rows[first + [k]] + rows[repeat + [k]],
+                    (repeat if copy else first) + [k]))
+            if len(shape) == 1:
+                row([])
+            else:
+                with Tb.grid(*shape[:-1]) as ix:
+                    row(as_list(ix))
 
 
 def _emit_add_rows(grad, rows, by, offset, count, lanes):

@@ -18,6 +18,8 @@ from .target import cpu_info
 
 #: `level_pass`'s lanes for a GPU build: unused by its nests, which put elements on threads
 GPU_LANES = 8
+#: the leaf_sources of a layout whose every leaf is computed (`distinct_leaves`)
+_NO_REPEATS = tvm.runtime.tensor(np.zeros(0, np.int32))   # (numpy gives a size-0 array strides TVM refuses)
 #: the average nodes per core of a batch's internal levels from which `vjp` runs the "forward"
 #: part rather than the kernel (`LevelPass.forward_pays`)
 FORWARD_NODES_PER_CORE = 1
@@ -36,6 +38,7 @@ class LevelPass:
         # (a GPU's levels put each node on a thread block: the forward pays from one node a level)
         info = None if gpu else cpu_info(target)
         lanes, cores = (GPU_LANES, 1) if gpu else (info.lanes, info.cores)
+        self._registers = 16 if gpu else info.registers
         #: stage -> keys of the blocks whose values the forward keeps one level of only
         self.transient = transient_blocks(stages, numpy_stages, program, lanes, cores)
         self._stages, self._program, self._gpu = (stages, numpy_stages), program, gpu
@@ -70,7 +73,7 @@ class LevelPass:
         target (gpu=None), or for a GPU (True) or the CPU (False) whatever the target."""
         gpu = self._gpu if gpu is None else gpu
         return level_pass(*self._stages, self._program, self._lanes, parallel, self.cores, part, self.transient,
-                          gpu=gpu)
+                          gpu=gpu, registers=self._registers)
 
     def forward_pays(self, lin) -> bool:
         """Whether the "forward" part beats the model's kernel followed by the recomputation on
@@ -109,6 +112,12 @@ class LevelPass:
             role = param[0]
             if role == "level_offsets":
                 args.append(lin.level_offsets)
+            elif role == "leaf_sources":
+                if lin.leaf_sources is not None and self.device is not None:
+                    raise ValueError("the GPU level pass runs every leaf: a layout with repeated leaves "
+                                     "(distinct_leaves_first) is for the CPU's")
+                args.append(_NO_REPEATS if lin.leaf_sources is None else lin.leaf_sources)
+                unread.add(position)                          # (read only)
             elif role == "placeholder":
                 key = param[1]
                 if isinstance(key, ra.Weight):
@@ -174,7 +183,8 @@ class LevelPass:
         if not self.device.exist:
             raise RuntimeError("no CUDA device: this model's backward was compiled for target 'cuda' but no "
                                "GPU is visible to TVM (tvm.cuda(0).exist is False)")
-        on_device = [tvm.runtime.tensor(np.ascontiguousarray(array), device=self.device) for array in args]
+        on_device = [tvm.runtime.tensor(array.numpy() if isinstance(array, tvm.runtime.Tensor) else
+                                        np.ascontiguousarray(array), device=self.device) for array in args]
         function(*on_device)
         self.device.sync()
         for position, (array, copy) in enumerate(zip(args, on_device)):

@@ -53,6 +53,10 @@ class Linearized:
     tree_sizes: np.ndarray     # (B,): node count of each tree (splits node_slots)
     #: (num_slots, F) float32 per-node features in slot order (`node_features.slot_rows`), or None
     features: np.ndarray | None = None
+    #: (D,) int32, or None: the last D leaves of level 0 repeat the word of a leaf before them,
+    #: whose slot each one names (`distinct_leaves.distinct_leaves_first`; the backward computes
+    #: a word's leaf once)
+    leaf_sources: np.ndarray | None = None
 
     @property
     def num_slots(self) -> int:

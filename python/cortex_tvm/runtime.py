@@ -301,8 +301,9 @@ class CompiledModel:
         _one_input(trees, parents, words, "vjp: ")
         arrays = parents is not None
         # one node per slot, level by level
-        plain = (self.signature.layout_parents(parents, words, 1, True, self._vocab_bound, features=features)
-                 if arrays else self.adjoint.linearize(trees, features=features))
+        plain = self.adjoint.layout(
+            self.signature.layout_parents(parents, words, 1, True, self._vocab_bound, features=features)
+            if arrays else self.adjoint.linearize(trees, features=features))
         forwarded = self.adjoint.forward(plain, self.training_weights)
         if forwarded is not None:       # the backward's own forward, which keeps what it needs
             saved, token = forwarded

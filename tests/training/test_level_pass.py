@@ -97,46 +97,50 @@ def test_the_level_pass_ir():
     node's, then the sums over every node that give dW and db; no weight written."""
     func, params = _tree_fc_pass()
     text = func.script()
-    recompute, levels = text.split("for v_4 in range(v - 2):")             # the internal levels ...
-    levels, weights = levels.split("    for v_4 in T.parallel(2):")       # ... then dW over all nodes
-    assert "level_offsets[v - 2 - v_4]" in levels                          # ... from the top down
+    recompute, levels = text.split("for v_5 in range(v - 2):")             # the internal levels ...
+    levels, weights = levels.split("    for v_5 in T.parallel(2):")       # ... then dW over all nodes
+    assert "level_offsets[v - 2 - v_5]" in levels                          # ... from the top down
     # each level's nodes in 3 runs of equal size (the cores given), in parallel; each run in
     # whole tiles of 8 nodes, then its rest in a tile of 1, of 2 and of 4 where its bit is set
-    assert "for v_4 in T.parallel(3):" in recompute
-    size = "level_offsets[v - 2 - v_4 + 1] - level_offsets[v - 2 - v_4]"
-    assert "for v_5 in T.parallel(3):" in levels
-    assert f"v_6: T.let[T.int32] = ({size}) * v_5 // 3" in levels                    # the run's first
-    assert f"v_7: T.let[T.int32] = ({size}) * (v_5 + 1) // 3 - v_6" in levels       # its nodes
-    assert "v_8: T.let[T.int32] = v_7 // 8" in levels and "for v_9 in range(v_8):" in levels
+    assert "for v_5 in T.parallel(3):" in recompute
+    size = "level_offsets[v - 2 - v_5 + 1] - level_offsets[v - 2 - v_5]"
+    assert "for v_6 in T.parallel(3):" in levels
+    assert f"v_7: T.let[T.int32] = ({size}) * v_6 // 3" in levels                    # the run's first
+    assert f"v_8: T.let[T.int32] = ({size}) * (v_6 + 1) // 3 - v_7" in levels       # its nodes
+    assert "v_9: T.let[T.int32] = v_8 // 8" in levels and "for v_10 in range(v_9):" in levels
     for bit in ("% 2 == 1", "// 2 % 2 == 1", "// 4 % 2 == 1"):
-        assert f"if (v_7 - v_8 * 8) {bit}:" in levels
+        assert f"if (v_8 - v_9 * 8) {bit}:" in levels
     assert levels.count("T.parallel(") == 2                     # the internal levels', the leaves'
     # a register tile holds 8 sums whatever its nodes: 8 nodes x 1 vector of 8 lanes; a smaller
     # tile, 8 / nodes vectors (here all 16 columns)
     assert "T.alloc_local((8, 8))" in levels
     for tile in (4, 2, 1):
         assert f"T.alloc_local(({tile}, 16))" in levels
-    # the chunks of columns (2 of 8 lanes) outside, the whole tiles (v_7 of them) inside: a
+    # the chunks of columns (2 of 8 lanes) outside, the whole tiles (v_8 of them) inside: a
     # chunk's columns of W_T serve every tile of the run
-    assert "for v_8, v_9 in T.grid(2, v_7):" in recompute
-    assert "internal_internal_h_sum[v_5 + v_9 * 8 + v_10, v_8 * 8 + v_11] = buffer[v_10, v_11]" in recompute
-    assert "W_T[v_10, v_8 * 8 + v_12] * internal_child_sum[v_5 + v_9 * 8 + v_11, v_10]" in recompute
-    assert "for v_9, v_10 in T.grid(2, v_8):" in levels
-    assert ("d_internal_internal_h_sum[level_offsets[v - 2 - v_4] - level_offsets[1] + (v_6 + v_10 * 8 + v_12), v_11]"
-            " * W[v_11, v_9 * 8 + v_13]") in levels
-    assert "children[level_offsets[v - 2 - v_4] + (v_6 + v_9 * 8 + v_10), 1] != 0" in levels
+    assert "for v_9, v_10 in T.grid(2, v_8):" in recompute
+    assert "internal_internal_h_sum[v_6 + v_10 * 8 + v_11, v_9 * 8 + v_12] = buffer[v_11, v_12]" in recompute
+    assert "W_T[v_11, v_9 * 8 + v_13] * internal_child_sum[v_6 + v_10 * 8 + v_12, v_11]" in recompute
+    assert "for v_10, v_11 in T.grid(2, v_9):" in levels
+    assert ("d_internal_internal_h_sum[level_offsets[v - 2 - v_5] - level_offsets[1] + (v_7 + v_11 * 8 + v_13), v_12]"
+            " * W[v_12, v_10 * 8 + v_14]") in levels
+    assert "children[level_offsets[v - 2 - v_5] + (v_7 + v_10 * 8 + v_11), 1] != 0" in levels
     assert "T.vectorized(8)" in levels
     # dW[i, k] = sum over every internal node of d h_sum[n, i] * child_sum[n, k]: blocks of 32
     # nodes, each adding into an 8-row x 8-lane register tile of dW
-    assert "for v_5, v_6 in T.grid((level_offsets[v - 1] + 31 - level_offsets[1]) // 32, 2):" in weights
-    assert "buffer[v_7, v_8] = grad_internal_internal_h_sum_0[T.min(v_4 * 8 + v_7, 15), v_6 * 8 + v_8]" in weights
-    assert ("buffer[v_8, v_9] + d_internal_internal_h_sum[v_5 * 32 + v_7, T.min(v_4 * 8 + v_8, 15)]"
-            " * internal_child_sum[v_5 * 32 + v_7, v_6 * 8 + v_9]") in weights
-    assert "grad_internal_internal_h_sum_0[T.min(v_4 * 8 + v_7, 15), v_6 * 8 + v_8] = buffer[v_7, v_8]" in weights
-    assert "grad_internal_internal_h_0[v_6 * 8 + v_8] = buffer[v_7, v_8]" in weights       # db
+    assert "for v_6, v_7 in T.grid((level_offsets[v - 1] + 31 - level_offsets[1]) // 32, 2):" in weights
+    # (the tile's vectors of columns: 1 with 16 registers, `adjoint_weights.vectors_per_tile`)
+    assert "T.alloc_local((8, 1, 8))" in weights
+    assert ("buffer[v_8, v_9, v_10] = grad_internal_internal_h_sum_0[T.min(v_5 * 8 + v_8, 15), (v_7 + v_9) * 8 + v_10]"
+            in weights)
+    assert ("buffer[v_9, v_10, v_11] + d_internal_internal_h_sum[v_6 * 32 + v_8, T.min(v_5 * 8 + v_9, 15)]"
+            " * internal_child_sum[v_6 * 32 + v_8, (v_7 + v_10) * 8 + v_11]") in weights
+    assert ("grad_internal_internal_h_sum_0[T.min(v_5 * 8 + v_8, 15), (v_7 + v_9) * 8 + v_10] = buffer[v_8, v_9, v_10]"
+            in weights)
+    assert "grad_internal_internal_h_0[(v_7 + v_9) * 8 + v_10] = buffer[v_8, v_9, v_10]" in weights       # db
     # tanh's derivative reads the recomputed value, not a second tanh
     assert "(T.float32(1.0) - internal_internal_h[level_offsets" in levels
-    assert {p[0] for p in params} == {"level_offsets", "placeholder", "transposed", "state", "d_state",
+    assert {p[0] for p in params} == {"level_offsets", "leaf_sources", "placeholder", "transposed", "state", "d_state",
                                       "value", "adj", "weight_read", "gathered", "gathered_sum"}
     assert sorted(p[5].name for p in params if p[0] == "weight_read") == ["W", "b"]
     # emb is read through the leaf's word: each leaf's adjoint row of it (TreeFC's leaf h is its
@@ -144,16 +148,16 @@ def test_the_level_pass_ir():
     # after leaf (a word recurs: serial, in a fixed order); no weight is written here
     assert [(p[1], p[3].name, p[4].name) for p in params if p[0] == "gathered"] == [("leaf", "emb", "word")]
     assert [p[1].name for p in params if p[0] == "gathered_sum"] == ["emb"]
-    assert ("d_leaf_emb_rows0[v_5 + v_8 * 8 + v_9, v_10 * 8 + v_11] = d_leaf_emb_rows0[v_5 + v_8 * 8 + v_9,"
-            " v_10 * 8 + v_11] + d_leaf_leaf_h[v_5 + v_8 * 8 + v_9, v_10 * 8 + v_11]") in levels
-    by_word = weights.split("    for v_4 in range(level_offsets[1] - level_offsets[0]):")[1]
-    assert "v_5: T.let[T.int32] = word[level_offsets[0] + v_4]" in by_word
-    assert ("grad_emb[v_5, v_6 * 8 + v_7] = grad_emb[v_5, v_6 * 8 + v_7] + d_leaf_emb_rows0[v_4, v_6 * 8 + v_7]"
+    assert ("d_leaf_emb_rows0[v_6 + v_9 * 8 + v_10, v_11 * 8 + v_12] = d_leaf_emb_rows0[v_6 + v_9 * 8 + v_10,"
+            " v_11 * 8 + v_12] + d_leaf_leaf_h[v_6 + v_9 * 8 + v_10, v_11 * 8 + v_12]") in levels
+    by_word = weights.split("    for v_5 in range(level_offsets[1] - level_offsets[0] - v_1):")[1]
+    assert "v_6: T.let[T.int32] = word[level_offsets[0] + v_5]" in by_word
+    assert ("grad_emb[v_6, v_7 * 8 + v_8] = grad_emb[v_6, v_7 * 8 + v_8] + d_leaf_emb_rows0[v_5, v_7 * 8 + v_8]"
             in by_word)
     assert "T.parallel(" not in by_word
     assert re.search(r"^\s*(emb|W|b)\[.*\] =", text, re.M) is None
     serial, _ = _tree_fc_pass(parallel=False)                 # a DAG's: the weights' sums stay parallel
-    assert "T.parallel(" not in serial.script().split("    for v_4 in T.parallel(2):")[0]
+    assert "T.parallel(" not in serial.script().split("    for v_5 in T.parallel(2):")[0]
     assert "T.min(v_" not in recompute + levels               # no node clamped, none computed twice
 
 

@@ -62,6 +62,10 @@ def add_parser(subparsers):
                    help="feed every node F seeded float32 features instead of a word id (models built with "
                         "inputs='features', the features passed per call; the PyTorch baselines gather the "
                         "same rows), e.g. 768 for contextual token embeddings; inference only")
+    p.add_argument("--embed", type=int, default=None, metavar="X",
+                   help="word-vector width x of the models with an input projection (treelstm, treegru, "
+                        "childsum, seqlstm, seqgru, dagrnn; default: x = H), e.g. --hidden 150 --embed 300, "
+                        "the SST recipe of Tai et al. and DGL's example")
     p.add_argument("--torch-python", default=None,
                    help="a Python with torch (+dgl) for the torch systems (default: this one, if it has torch)")
     p.add_argument("--mcpu", default=None,

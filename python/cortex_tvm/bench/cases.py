@@ -37,8 +37,16 @@ FEATURE_MODELS = ("treelstm", "treegru", "childsum", "seqlstm", "seqgru", "dagrn
 FEATURE_SEED = 23
 
 
-def make_model(name: str, hidden: int, vocab_size: int, features: int | None = None):
-    """The bench's model `name`; features=F: fed F features per node instead of word ids."""
+#: models whose word vectors go through an input projection, so their width x may differ from H
+EMBED_MODELS = FEATURE_MODELS
+
+
+def make_model(name: str, hidden: int, vocab_size: int, features: int | None = None, embed: int | None = None):
+    """The bench's model `name`; features=F: fed F features per node instead of word ids;
+    embed=X: word vectors of width X (`EMBED_MODELS`; default H)."""
+    if embed is not None and features is None:
+        return models.BY_NAME[name](hidden_size=hidden_for(name, hidden), vocab_size=vocab_size, embed_size=embed,
+                                    **OPTIONS.get(name, {}))
     if features is not None:
         return models.BY_NAME[name](hidden_size=hidden_for(name, hidden), inputs="features", embed_size=features,
                                     **OPTIONS.get(name, {}))

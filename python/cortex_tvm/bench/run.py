@@ -38,7 +38,7 @@ from .. import data
 from ..version import __version__
 from . import BF16_SYSTEMS, TORCH_SYSTEMS, TRAIN_MODELS, TRAIN_SYSTEMS
 from .case_data import case_groups, reference_grads, train_direction, write_case
-from .cases import FEATURE_MODELS, TORCH_MODELS, make_model
+from .cases import EMBED_MODELS, FEATURE_MODELS, TORCH_MODELS, make_model
 from .check import BF16_TOLERANCE, GRAD_TOLERANCE, TOLERANCE, check_grads, check_roots, tolerance_of
 from .common import GRAD_WEIGHT, TRAIN_FLOPS_FACTOR, cpu_model, thread_env
 from .report import case_record, peak_gflops, print_tables, summarize
@@ -69,6 +69,16 @@ def _apply_quick(args):
                              f"only (the models with PyTorch baselines), not {', '.join(other)}")
         if getattr(args, "precision", "fp32") != "fp32":
             raise SystemExit("cortex-tvm bench --train: training is float32 (no --precision bf16)")
+    if getattr(args, "embed", None) is not None:
+        if args.embed < 1:
+            raise SystemExit("cortex-tvm bench: --embed must be >= 1")
+        if getattr(args, "features", None) is not None:
+            raise SystemExit("cortex-tvm bench: --embed is the word vectors' width; with --features the "
+                             "features' width is the input's (give one of them)")
+        other = [m for m in args.models if m not in EMBED_MODELS]
+        if other:
+            raise SystemExit(f"cortex-tvm bench --embed: the models whose word width may differ from H are "
+                             f"{', '.join(EMBED_MODELS)}, not {', '.join(other)} (their words are states)")
 
 
 def _worker_json(cmd, env, timeout):
@@ -172,6 +182,8 @@ def bench(args) -> int:
                                   "central differences of models.reference64 at sampled entries (no torch here)")
         print(f"  TRAINING STEPS (forward + backward to every weight's gradient); gradients checked against "
               f"{meta['grad_reference']}")
+    if getattr(args, "embed", None) is not None:
+        print(f"  INPUTS: word vectors of width x = {args.embed} (the models' embed_size), every H")
     if getattr(args, "features", None) is not None:
         print(f"  INPUTS: {args.features} seeded float32 features per node (inputs='features'), passed with each "
               f"batch; the PyTorch baselines gather the same rows")
@@ -184,12 +196,13 @@ def bench(args) -> int:
         cases = []
         for name in args.models:
             for H in args.hidden:
-                model = make_model(name, H, len(vocab), getattr(args, "features", None))
+                model = make_model(name, H, len(vocab), getattr(args, "features", None), getattr(args, "embed", None))
                 for B in args.batch:
                     path = os.path.join(tmp, f"{name}-{H}-{B}.npz")
                     flops, nodes, ref = write_case(path, model, name, trees, B, args.batches, train=train,
                                                    features=getattr(args, "features", None))
-                    cases.append({"model": name, "hidden": H, "batch": B, "path": path,
+                    cases.append({"model": name, "hidden": H, "embed": getattr(model, "embed_size", None),
+                                  "batch": B, "path": path,
                                   "flops": flops, "nodes": nodes, "ref": ref})
                     if train:
                         _, groups = case_groups(name, trees, B, args.batches)
