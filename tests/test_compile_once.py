@@ -4,13 +4,15 @@ handed down the pipeline (`padding.ProgramFacts`), not found again by each stage
 import sys
 from collections import Counter
 
+import numpy as np
 import pytest
 from tvm.target import Target
 
 import cortex_tvm as ct
-from cortex_tvm import padding, recipes
+from cortex_tvm import compiler, padding, recipes
 from cortex_tvm import target as _target
 from cortex_tvm.schedule import RecSchedule, derive
+from cortex_tvm.tune import Database, Space, TuningRecord, Workload
 
 H, V = 16, 50
 
@@ -50,6 +52,37 @@ def test_a_compile_finds_the_gemms_the_target_and_the_recipe_once(counts, model,
     # (off a CPU no stage reads the GEMMs: the CUDA recipes are not derived from them)
     assert {k: counts[k] for k in ("gemms", "make_target", "resolve")} == \
         {"gemms": 1 if cpu else 0, "make_target": 1, "resolve": 1}
+
+
+def _log_of_one_record(model, target, path):
+    """A tuning log with one record for `model` on `target` at a valid point other than the
+    default, written as `tune` writes it (no measuring: the compile only reads the knobs)."""
+    space = Space(model, target)
+    default = space.default()
+    point = next(p for p in space.sample(8, np.random.default_rng(0)) if p != default)
+    Database(path).commit(TuningRecord(Workload.of(model, space.target, 10), point, latencies=(1e-3,),
+                                       recipe=space.fingerprint))
+    return str(path)
+
+
+@pytest.mark.parametrize("model, target", [("TreeFC", "llvm"), ("TreeLSTM", {"kind": "llvm", "mcpu": "haswell"})])
+def test_a_compile_from_a_tuning_log_finds_its_facts_once(counts, tmp_path, model, target):
+    """The log's recipe is looked up on the compile's own facts (`tune.apply.resolve_recipe`):
+    its knob space is the padded model's derived recipe, resolved once, on the GEMMs found once."""
+    model = getattr(ct.models, model)(hidden_size=H, vocab_size=V)
+    log = _log_of_one_record(model, target, tmp_path / "tuning.jsonl")
+    counts.clear()
+    compiled = model.compile(target=target, tuning_log=log)
+    assert compiled.recipe_name == "derived"
+    assert {k: counts[k] for k in ("gemms", "make_target", "resolve")} == \
+        {"gemms": 1, "make_target": 1, "resolve": 1}
+
+
+@pytest.mark.parametrize("target", ["llvm", "aarch64"])
+def test_a_cross_compile_finds_its_facts_once(counts, tmp_path, target):
+    compiler.cross_compile(ct.models.TreeFC(hidden_size=H, vocab_size=V), target, tmp_path / "treefc.o")
+    assert {k: counts[k] for k in ("gemms", "make_target", "resolve")} == \
+        {"gemms": 1, "make_target": 1, "resolve": 1}
 
 
 @pytest.mark.parametrize("target", ["llvm", {"kind": "llvm", "mcpu": "haswell"}])

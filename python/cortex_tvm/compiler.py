@@ -58,13 +58,15 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
     check_precision(precision, tgt)
     adjoint = training_pass(model, tgt, precision, training)
     ranked = isinstance(schedule, str) and schedule == RANKED
-    if tuning_log is not None:
-        # a log's record for this model wins; without one, "ranked" still ranks
-        schedule = resolve_recipe(model, tuning_log, tgt, None if ranked else schedule, precision)
-        ranked = ranked and schedule is None
+    if tuning_log is None:
+        recipe = recipes.resolve(kernel_model, tgt, None if ranked else schedule, facts)
+    else:
+        # a log's record for this model wins; without one, "ranked" still ranks.  The log's knob
+        # space is the recipe this compile would resolve, made on these facts: resolved once
+        recipe, from_log = resolve_recipe(model, tuning_log, facts, None if ranked else schedule, precision)
+        ranked = ranked and not from_log
     if ranked and tgt.kind.name != "llvm":
         raise ValueError(f"schedule={RANKED!r} ranks the derived CPU schedule; the target is {tgt.kind.name!r}")
-    recipe = recipes.resolve(kernel_model, tgt, None if ranked else schedule, facts)
     if ranked:
         # the shipped cost model ranks a few configurations of the derived schedule, unmeasured:
         # each one's schedule is applied to read its program (0.7-6 s at the zoo's sizes)

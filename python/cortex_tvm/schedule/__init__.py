@@ -4,7 +4,8 @@ The lowered program has stage scopes (`leaves`, and `level` inside the
 serial level loop) holding one block per RA compute.  RecSchedule adds the
 recursion-specific primitives (families in program.py, layout.py, bf16.py, levels.py, tiles.py,
 loops.py, vectors.py, kernels.py, gpu.py); every `tvm.s_tir.Schedule` primitive is reachable on the same
-object (`rs.split`, `rs.get_loops`, ...) and applies to the blocks inside.
+object (`rs.split`, `rs.get_loops`, ...) and applies to the blocks inside.  What the families
+may rely on and must declare (their state, a primitive one replaces in another) is state.py's.
 """
 import tvm
 

@@ -31,6 +31,7 @@ from .. import passes
 from ..lower import FUNC_NAME, TRANSFORM_FUNC, Lowered
 from ..plan import RuntimePlan
 from ..signature import KernelSignature
+from .state import State, check_overrides, declared
 
 
 class ScheduleError(ValueError):
@@ -150,39 +151,50 @@ SPATIAL, REDUCE = 0, 2
 
 
 class RecScheduleCore:
-    """State shared by all primitive families."""
+    """State shared by all primitive families, and what a family may rely on.
+
+    A family (tiles.py, gpu.py, ...) uses this class's helpers (`_block`, `_rewrite`, `plan`,
+    ...), declares the fields it keeps besides the IR as `state.State` where it defines its
+    primitives, lists in `OVERRIDES` a primitive it replaces in another family, and may call
+    `finalize()`, which only the final class (`schedule.RecSchedule`) defines."""
+
+    #: the program as lowered (specialize_leaves and dynamic_batch lower it again)
+    lowered = State()
+    #: what the runtime must do differently (plan.RuntimePlan)
+    plan = State(RuntimePlan())
+    #: the primitives applied, with their arguments (the record; see `replay`)
+    trace = State([])
+    #: primitives applied after which the program can no longer be re-lowered
+    scheduled = State([])
+    #: (block, loop index) whose reduction init is split off at finalize
+    _pending_decompose = State([])
+    #: instance fields that are not state: the s_tir schedule (the IR, copied whole by a snapshot)
+    #: and the depth of primitives running now (one may call another, which is then not recorded)
+    _NOT_STATE = ("sch", "_applying")
 
     def __init__(self, lowered: Lowered):
+        for name, field_ in self._STATE.items():
+            setattr(self, name, field_.fresh())
         self.lowered = lowered
-        self.plan = RuntimePlan()
-        self.trace: list = []
-        # schedule state, explicit (the trace is the record of what was applied, not state):
-        #: blocks register-tiled so far (tile_gemm), in order: what parallel_columns parallelizes
-        self.tiled: list = []
-        #: levels per step of the level loop (unroll_levels)
-        self.unroll_depth = 1
-        #: scopes whose nodes are bound to GPU thread blocks (bind_nodes)
-        self.bound_scopes: list = []
-        #: thread blocks of the persistent grid-synced kernel, None until single_kernel(blocks)
-        self.persistent_blocks = None
-        #: the level loop runs as one parallel region of the CPU threads (persistent_threads)
-        self.persistent_levels = False
-        #: the node tile whose remainders have their own copies of each stage (level_tails), 1: none
-        self.tail_tile = 1
-        #: primitives applied after which the program can no longer be re-lowered
-        self.scheduled: list = []
-        #: (block, loop index) whose reduction init is split off at finalize
-        self._pending_decompose: list = []
-        #: primitives running now (one may call another, which is then not recorded)
         self._applying = 0
         self._reset(lowered.mod)
-        # a field missing from _STATE would silently survive a failed primitive's rollback
-        unlisted = {k for k in vars(self) if k not in self._STATE and k not in ("sch", "_applying")}
-        if unlisted:
-            raise AssertionError(f"RecSchedule state {sorted(unlisted)} is not in _STATE")
+        self._check_declared("RecSchedule()")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._STATE = declared(cls)
+        check_overrides(cls)
+
+    def _check_declared(self, by: str):
+        # a field not in _STATE would silently survive a failed primitive's rollback
+        undeclared = sorted(k for k in vars(self) if k not in self._STATE and k not in self._NOT_STATE)
+        if undeclared:
+            raise AssertionError(f"{by} set {undeclared}, which no family declares as state.State "
+                                 "(a failed primitive would not restore it)")
 
     def finalize(self):
-        """What the build needs done last (defined by `schedule.RecSchedule`, the final class)."""
+        """What the build needs done last; families may call it (gpu.py's `single_kernel` does,
+        before it rewrites the kernel).  Defined by `schedule.RecSchedule`, the final class."""
         raise NotImplementedError
 
     # -- state -------------------------------------------------------------------------------
@@ -190,12 +202,8 @@ class RecScheduleCore:
         self.sch = s_tir.Schedule(mod)
         self.sch.work_on(FUNC_NAME)
 
-    #: everything a primitive may change besides the IR (restored when one fails)
-    _STATE = ("lowered", "plan", "tiled", "unroll_depth", "bound_scopes", "persistent_blocks", "persistent_levels", "tail_tile", "scheduled",
-              "_pending_decompose", "trace")
-
     def _snapshot(self):
-        return self.sch.copy(), {f: copy.copy(getattr(self, f)) for f in self._STATE if hasattr(self, f)}
+        return self.sch.copy(), {f: copy.copy(getattr(self, f)) for f in self._STATE}
 
     def _restore(self, saved):
         if saved is None:              # inside another primitive: the outermost one restores
@@ -222,6 +230,7 @@ class RecScheduleCore:
         self._replace(**{name: rewrite_fn(current[name]) for name in functions if name in current})
 
     def _record(self, primitive, **args):
+        self._check_declared(primitive)
         self.trace.append(Step(primitive, args))
         if primitive not in ("specialize_leaves", "dynamic_batch"):
             self.scheduled.append(primitive)
@@ -382,3 +391,8 @@ class RecScheduleCore:
             return result
         recorded.__doc__ = attr.__doc__
         return recorded
+
+
+#: everything a primitive may change besides the IR (restored when one fails): name -> State, the
+#: fields the classes of a schedule declare (each subclass assembles its own: __init_subclass__)
+RecScheduleCore._STATE = declared(RecScheduleCore)

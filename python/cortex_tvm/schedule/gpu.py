@@ -31,12 +31,20 @@ from .core import SPATIAL as _SPATIAL
 from .core import ScheduleError, primitive
 from .kernels import KernelPrimitives
 from .layout import MIN_DENSE_ROWS
+from .state import State
 
 #: blocks of the persistent grid: one per SM of an H100/H200 (132 SMs)
 DEFAULT_GRID = 132
 
 
 class GpuPrimitives:
+
+    #: scopes whose nodes are bound to GPU thread blocks (bind_nodes)
+    bound_scopes = State([])
+    #: thread blocks of the persistent grid-synced kernel, None until single_kernel(blocks)
+    persistent_blocks = State(None)
+    #: kernels.py's single_kernel is replaced by this family's, which calls it for a CPU schedule
+    OVERRIDES = ("single_kernel",)
 
     # ------------------------------------------------------------------ helpers
     def _gpu_bound(self) -> list:
@@ -255,7 +263,9 @@ class GpuPrimitives:
     def single_kernel(self, blocks: int = DEFAULT_GRID):
         """One kernel for the whole inference; on GPU a persistent, grid-synced kernel.
 
-        CPU (no scope bound with bind_nodes): the default structure, as before.
+        This replaces kernels.py's `KernelPrimitives.single_kernel` in RecSchedule (it is listed
+        in `GpuPrimitives.OVERRIDES`).  CPU (no scope bound with bind_nodes): that one, the
+        default structure.
         GPU (after bind_nodes on every scope): the root body runs in one grid of
         `blocks` thread blocks; each level's node loop becomes a grid-stride
         loop and `T.cuda.grid_sync()` (a cooperative-groups grid barrier)

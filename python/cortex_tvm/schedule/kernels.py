@@ -11,6 +11,7 @@ from tvm import tirx
 from .. import level_tails as _tails
 from .. import passes
 from .core import ScheduleError, primitive
+from .state import State
 
 from ..plan import LEAVES_FUNC, LEVEL_FUNC, ROOTS_FUNC
 #: the loop annotations TVM's LLVM codegen reads (codegen_cpu.cc): the loop becomes one parallel
@@ -20,9 +21,15 @@ LAUNCH_POINT, BARRIER = "pragma_parallel_launch_point", "pragma_parallel_barrier
 
 class KernelPrimitives:
 
+    #: the level loop runs as one parallel region of the CPU threads (persistent_threads)
+    persistent_levels = State(False)
+
     @primitive
     def single_kernel(self):
         """One kernel runs the whole inference, levels included (the default).
+
+        The CPU form: RecSchedule's `single_kernel` is gpu.py's (`GpuPrimitives.OVERRIDES`), which
+        builds the persistent GPU kernel after `bind_nodes` and calls this one otherwise.
 
         Examples
         --------

@@ -8,9 +8,13 @@ from .. import level_tails as _tails
 from .. import passes
 from .core import ScheduleError, primitive
 from .layout import MIN_DENSE_ROWS
+from .state import State
 
 
 class LevelPrimitives:
+
+    #: the node tile whose remainders have their own copies of each stage (level_tails), 1: none
+    tail_tile = State(1)
 
     def _check_level_multiple(self, primitive: str, multiple: int):
         """pad_levels' and level_tails' preconditions: one of them, once, a multiple in 1..64."""

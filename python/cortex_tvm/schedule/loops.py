@@ -11,9 +11,13 @@ from tvm import tirx
 
 from .core import ScheduleError, primitive, renamed
 from .layout import packed_name
+from .state import State
 
 
 class LoopPrimitives:
+
+    #: levels per step of the level loop (unroll_levels)
+    unroll_depth = State(1)
 
     @primitive
     def parallel_columns(self, weight: str):

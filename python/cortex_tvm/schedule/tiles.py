@@ -9,9 +9,13 @@ from .. import level_tails as _tails
 from .core import REDUCE as _REDUCE
 from .core import SPATIAL as _SPATIAL
 from .core import ScheduleError, primitive
+from .state import State
 
 
 class TilePrimitives:
+
+    #: blocks register-tiled so far (tile_gemm), in order: what parallel_columns parallelizes
+    tiled = State([])
 
     @primitive
     def tile_gemm(self, block: str, node_tile: int = 3, column_tile: int = 64, lanes: int = 16,

@@ -5,8 +5,6 @@ import os
 import warnings
 from importlib import resources
 
-from .. import recipes as _recipes
-from ..target import make_target
 from .database import Database, load_records
 from .space import Space
 from .workload import Workload
@@ -39,9 +37,13 @@ def recipe_from_log(model, log, target="llvm", batch_size=None, schedule=None, p
     not divide the hidden size): then the next records of that workload are
     tried, fastest first, and finally the default recipe.
     """
-    tgt = make_target(target)
-    workload = Workload.of(model, tgt, batch_size, precision)
-    space = Space(model, tgt, recipe=schedule, precision=precision)
+    return _best_recipe(Space(model, target, recipe=schedule, precision=precision), log, batch_size, 4)
+
+
+def _best_recipe(space, log, batch_size, stacklevel):
+    """`recipe_from_log` in `space` (the knobs of the recipe the log's records were made with);
+    its warnings name the frame `stacklevel` up, the user's call."""
+    workload = Workload.of(space.model, space.target, batch_size, space.precision)
     db = open_log(log)
     record, how = db.nearest(workload)
     if record is None:
@@ -49,23 +51,23 @@ def recipe_from_log(model, log, target="llvm", batch_size=None, schedule=None, p
         if elsewhere:
             warnings.warn(f"the tuning records for {workload.model} in {log} were measured on "
                           f"{', '.join(elsewhere)}, not on this target ({workload.target}): not applied; "
-                          f"using the default schedule {space.recipe.name!r}", stacklevel=3)
+                          f"using the default schedule {space.recipe.name!r}", stacklevel=stacklevel)
         else:
             warnings.warn(f"no tuning record for {workload.model} on {workload.target} in {log}; "
-                          f"using the default recipe {space.recipe.name!r}", stacklevel=3)
+                          f"using the default recipe {space.recipe.name!r}", stacklevel=stacklevel)
         return space.recipe, "default"
     for candidate in db.top_k(record.workload, k=len(db.records)):
         point = candidate.point
         if space.contains(point) and space.is_valid(point):
             if candidate.recipe and candidate.recipe != space.fingerprint:
                 warnings.warn(f"tuning record in {log} was made with recipe {candidate.recipe}, "
-                              f"now {space.fingerprint}; its timing may no longer hold", stacklevel=3)
+                              f"now {space.fingerprint}; its timing may no longer hold", stacklevel=stacklevel)
             if how != "exact":
                 warnings.warn(f"no exact tuning record for {workload} in {log}; using the nearest, "
-                              f"{candidate.workload} ({point})", stacklevel=3)
+                              f"{candidate.workload} ({point})", stacklevel=stacklevel)
             return space.recipe_for(point), how
     warnings.warn(f"no record in {log} fits {workload} (nearest: {record.workload}); "
-                  f"using the default recipe {space.recipe.name!r}", stacklevel=3)
+                  f"using the default recipe {space.recipe.name!r}", stacklevel=stacklevel)
     return space.recipe, "default"
 
 
@@ -75,8 +77,14 @@ def apply_best(model, log, target="llvm", batch_size=None, schedule=None, precis
     return model.compile(target=target, schedule=recipe, precision=precision)
 
 
-def resolve_recipe(model, log, target, schedule, precision="fp32"):
-    """The hook `compile_model(tuning_log=...)` calls: the log's recipe, or `schedule` itself
-    when the log has nothing for this model and target (the caller then picks as without a log)."""
-    recipe, how = recipe_from_log(model, log, target, None, schedule, precision)
-    return schedule if how == "default" else recipe
+def resolve_recipe(model, log, facts, schedule, precision="fp32"):
+    """The hook `compile_model(tuning_log=...)` calls: (recipe, from_log).  The log's recipe for
+    this model and from_log True; or, when the log has nothing for them, the recipe `schedule`
+    names, resolved as a compile without a log resolves it, and False.
+
+    facts: the compile's `padding.ProgramFacts` of `model` (its target, padded model and GEMMs):
+    the knob space is built on them, so nothing the compile found is found again and the
+    recipe is resolved once."""
+    recipe, how = _best_recipe(Space(model, facts.target, recipe=schedule, precision=precision, facts=facts),
+                               log, None, 3)
+    return recipe, how != "default"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import recipes as _recipes
-from ..padding import compiled_form
+from ..padding import ProgramFacts, program_facts
 from ..target import make_target
 from ..schedule import RecSchedule, ScheduleError
 
@@ -58,16 +58,21 @@ class Space:
 
     knobs: optional overrides {name: candidates} to search fewer values
     (knobs left out keep all their candidates; a knob fixed to one value is
-    written as a one-element list).
+    written as a one-element list).  facts: `padding.program_facts(model, target)`
+    when the caller has them (a compile reading a tuning log), so that the padded
+    model and its GEMMs are not found a second time; found here otherwise.
     """
 
-    def __init__(self, model, target="llvm", recipe=None, knobs: dict | None = None, precision: str = "fp32"):
+    def __init__(self, model, target="llvm", recipe=None, knobs: dict | None = None, precision: str = "fp32",
+                 facts: ProgramFacts | None = None):
         self.model, self.target = model, make_target(target)
         #: every point's recipe is followed by what this precision needs (store_bf16 for "bf16")
         self.precision = _recipes.check_precision(precision, self.target)
+        facts = program_facts(model, self.target) if facts is None else facts
         #: the model as the kernel computes it (sizes padded to the vector width): what recipes apply to
-        self.kernel_model = compiled_form(model, self.target)
-        self.recipe = _recipes.resolve(self.kernel_model, self.target, recipe)
+        self.kernel_model = facts.kernel_model
+        # (the derived recipe's schedules take the GEMMs from the facts instead of analysing each program)
+        self.recipe = _recipes.resolve(self.kernel_model, self.target, recipe, facts)
         if not self.recipe.knobs:
             raise ValueError(f"recipe {self.recipe.name!r} has no knobs to tune")
         unknown = set(knobs or {}) - set(self.recipe.knobs)
