@@ -49,11 +49,9 @@ NAMES = {"all": {True: PARALLEL, False: SERIAL},
 
 
 def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: int = 8,
-               parallel: bool = True, cores: int = 1, part: str = "all", transient=None, gpu: bool = False,
-               registers: int = 16) -> tuple:
+               parallel: bool = True, cores: int = 1, part: str = "all", transient=None, gpu: bool = False) -> tuple:
     """(PrimFunc, its parameters) of the level pass for the stages "leaf" and "internal"
-    (`lower.build_stage`) and their `StageNumpy` twins; `lanes`: float32 lanes of a vector,
-    `registers`: the CPU's vector registers (the weight sums' register tiles);
+    (`lower.build_stage`) and their `StageNumpy` twins; `lanes`: float32 lanes of a vector;
     parallel: each level's nodes in `cores` runs in a parallel loop (PARALLEL), or in a serial
     loop (SERIAL).  part: "all" (the recomputation of every node's values, then the levels
     from the roots down and the weights' sums), "forward" (the values level by level from the
@@ -85,7 +83,7 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     blocks, a nest's elements on threads, the level loop on the host).
     Raises Unsupported where a stage has a shape this does not emit."""
     emitters = {name: GpuStageEmitter(stages[name], numpy_stages[name], grid=None) if gpu else
-                StageEmitter(stages[name], numpy_stages[name], lanes, cores, registers) for name in ("leaf", "internal")}
+                StageEmitter(stages[name], numpy_stages[name], lanes, cores) for name in ("leaf", "internal")}
     sum_nest, add_rows = (adjoint_gpu.emit_weight_read, adjoint_gpu.emit_add_rows) if gpu else \
         (emit_weight_read, functools.partial(_emit_add_rows, lanes=lanes))
     for name, keys in (transient or {}).items():

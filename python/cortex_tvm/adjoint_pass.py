@@ -38,7 +38,6 @@ class LevelPass:
         # (a GPU's levels put each node on a thread block: the forward pays from one node a level)
         info = None if gpu else cpu_info(target)
         lanes, cores = (GPU_LANES, 1) if gpu else (info.lanes, info.cores)
-        self._registers = 16 if gpu else info.registers
         #: stage -> keys of the blocks whose values the forward keeps one level of only
         self.transient = transient_blocks(stages, numpy_stages, program, lanes, cores)
         self._stages, self._program, self._gpu = (stages, numpy_stages), program, gpu
@@ -73,7 +72,7 @@ class LevelPass:
         target (gpu=None), or for a GPU (True) or the CPU (False) whatever the target."""
         gpu = self._gpu if gpu is None else gpu
         return level_pass(*self._stages, self._program, self._lanes, parallel, self.cores, part, self.transient,
-                          gpu=gpu, registers=self._registers)
+                          gpu=gpu)
 
     def forward_pays(self, lin) -> bool:
         """Whether the "forward" part beats the model's kernel followed by the recomputation on

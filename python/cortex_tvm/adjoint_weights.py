@@ -13,14 +13,14 @@ as one row per node (added into the table by word at the end: `adjoint_kernel._e
 through the node of another form leaves its block to the numpy weight pass.
 
 The nest tiles the read's largest outer axis by TILE (8 values of i for U) and its last axis by
-`vectors_per_tile` vectors (3 on AVX-512: 24 partial sums in registers), and takes the nodes in blocks of NODES_PER_BLOCK, whose rows of the adjoints and child
+vectors, and takes the nodes in blocks of NODES_PER_BLOCK, whose rows of the adjoints and child
 states stay in the cache while every tile adds them in (the tile loads and stores its partial
 sums once per block)::
 
-    for i_tile (parallel), node_block, g, j, k_outer:         (W = lanes x vectors_per_tile)
-        acc[t, lane] = R[g, 8*i_tile + t, j, W*k_outer + lane]
-        for n in node_block:  acc[t, lane] += d_gates_sum[n, g, 8*i_tile + t] * h[children[n, j], W*k_outer + lane]
-        R[g, 8*i_tile + t, j, W*k_outer + lane] = acc[t, lane]
+    for i_tile (parallel), node_block, g, j, k_outer:
+        acc[t, lane] = R[g, 8*i_tile + t, j, 8*k_outer + lane]
+        for n in node_block:  acc[t, lane] += d_gates_sum[n, g, 8*i_tile + t] * h[children[n, j], 8*k_outer + lane]
+        R[g, 8*i_tile + t, j, 8*k_outer + lane] = acc[t, lane]
 """
 from __future__ import annotations
 
@@ -32,22 +32,12 @@ from tvm.script.ir_builder import tirx as Tb
 
 from .adjoint_emit import Unsupported
 from .adjoint_nest import POSITION, ROW
-from .tir_builder import axes_grid, uses
+from .tir_builder import axes_grid, column_chunks, uses
 
 #: values of the tiled axis per iteration of the parallel loop
 TILE = 8
 #: nodes summed per pass over `out`'s tiles (their rows of the adjoints and child states stay in L2)
 NODES_PER_BLOCK = 32
-#: vector registers a tile leaves free: the loaded vectors of a node's row and a broadcast value
-FREE_REGISTERS = 4
-
-
-def vectors_per_tile(registers: int) -> int:
-    """Vectors of columns in one register tile of a weight sum: TILE rows x this many vectors of
-    partial sums fill the registers but FREE_REGISTERS (AVX-512's 32: 3, 24 sums; AVX2's 16: 1).
-    Each node then loads a row's vectors and broadcasts TILE values for TILE x vectors FMAs: at
-    one vector, 9 loads per 8 FMAs, a core's loads and not its FMA units set the pace."""
-    return max(1, (registers - FREE_REGISTERS) // TILE)
 
 
 def weight_blocks(emitter) -> list:
@@ -145,60 +135,44 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
     def at_tile(tile, t):
         return {tiled[0]: tirx.min(tile * TILE + t, extent - 1)} if tiled else {}
 
-    def columns(mapping, tile, first_node, column_of, vectors, width, vector):
-        """out's tile rows x `vectors` vectors of `width` columns (column_of(v, lane)), in
-        registers, plus NODES_PER_BLOCK nodes."""
-        acc = Tb.alloc_buffer((tile_size, vectors, width), "float32", scope="local")
+    def columns(mapping, tile, first_node, column_of, count_, vector):
+        """out's tile rows x one vector of columns, in registers, plus NODES_PER_BLOCK nodes."""
+        acc = Tb.alloc_buffer((tile_size, count_), "float32", scope="local")
 
         def lanes_of(body):
-            with Tb.unroll(0, vectors) as v:
-                with (Tb.vectorized if vector else Tb.serial)(0, width) as lane:
-                    body(v, lane, {inner[0]: column_of(v, lane)} if inner else {})
+            with (Tb.vectorized if vector else Tb.serial)(0, count_) as lane:
+                body(lane, {inner[0]: column_of(lane)} if inner else {})
 
         def element(t, mi):
             full = {**mapping, **mi, **at_tile(tile, t)}
             return [full[v] for v, _ in axes]
         with Tb.unroll(0, tile_size) as t:
-            lanes_of(lambda v, lane, mi: Tb.buffer_store(acc, out[element(t, mi)], [t, v, lane]))
+            lanes_of(lambda lane, mi: Tb.buffer_store(acc, out[element(t, mi)], [t, lane]))
         with Tb.serial(0, NODES_PER_BLOCK) as k:
             n = first_node + k
             with Tb.If(n < count):
                 with Tb.Then():
                     def accumulate(m):
                         with Tb.unroll(0, tile_size) as t:
-                            lanes_of(lambda v, lane, mi: Tb.buffer_store(
-                                acc, acc[t, v, lane] + rewrite(coeff, {**mapping, **m, **mi, **at_tile(tile, t)}, n),
-                                [t, v, lane]))
+                            lanes_of(lambda lane, mi: Tb.buffer_store(
+                                acc, acc[t, lane] + rewrite(coeff, {**mapping, **m, **mi, **at_tile(tile, t)}, n),
+                                [t, lane]))
                     axes_grid(summed, accumulate)
         with Tb.serial(0, tile_size) as t:
             with Tb.If(tile * TILE + t < extent):          # a short last tile repeats its last row
                 with Tb.Then():
-                    lanes_of(lambda v, lane, mi: Tb.buffer_store(out, acc[t, v, lane], element(t, mi)))
-
-    def column_groups(mapping, tile, first_node):
-        """`columns` over the read's last axis: groups of vectors_per_tile whole vectors, then
-        the whole vectors left, then the columns past the last whole vector (a shorter one)."""
-        lanes, per_tile = emitter.lanes, vectors_per_tile(emitter.registers)
-        if inner is None:
-            columns(mapping, tile, first_node, None, 1, 1, False)
-            return
-        columns_ = int(inner[1])
-        whole = columns_ // lanes
-        if whole >= per_tile:
-            with Tb.serial(0, whole // per_tile) as group:
-                columns(mapping, tile, first_node, lambda v, lane: (group * per_tile + v) * lanes + lane,
-                        per_tile, lanes, True)
-        if whole % per_tile:
-            done = whole - whole % per_tile
-            columns(mapping, tile, first_node, lambda v, lane: (done + v) * lanes + lane, whole % per_tile, lanes,
-                    True)
-        if columns_ % lanes:
-            columns(mapping, tile, first_node, lambda v, lane: whole * lanes + lane, 1, columns_ % lanes,
-                    columns_ % lanes > 1)
+                    lanes_of(lambda lane, mi: Tb.buffer_store(out, acc[t, lane], element(t, mi)))
 
     with Tb.parallel(0, (extent + TILE - 1) // TILE) as tile:
         # blocks of nodes: the block's rows stay in the cache while every tile of `out` takes them
         with Tb.serial(0, (count + NODES_PER_BLOCK - 1) // NODES_PER_BLOCK) as node_block:
             first = node_block * NODES_PER_BLOCK
 
-            axes_grid(others, lambda mapping: column_groups(mapping, tile, first))
+            def body(mapping):
+                def chunk(column_of, width, vector):
+                    columns(mapping, tile, first, column_of, width, vector)
+                if inner is None:
+                    chunk(None, 1, False)
+                else:
+                    column_chunks(inner[1], emitter.lanes, chunk)
+            axes_grid(others, body)
