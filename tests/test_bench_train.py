@@ -140,7 +140,7 @@ def test_embed_is_refused_where_it_has_no_meaning():
     with pytest.raises(SystemExit, match="--embed: the models whose word width may differ from H"):
         run.bench(_bench_args(["--embed", "24", "--models", "treefc", "--systems", "cortex_tvm"]))
     with pytest.raises(SystemExit, match="give one of them"):
-        run.bench(_bench_args(["--embed", "24", "--features", "32", "--systems", "cortex_tvm"]))
+        run.bench(_bench_args(["--embed", "24", "--features", "32", "--models", "treelstm", "--systems", "cortex_tvm"]))
     with pytest.raises(SystemExit, match="--embed must be >= 1"):
         run.bench(_bench_args(["--embed", "0", "--systems", "cortex_tvm"]))
 
@@ -166,6 +166,7 @@ def test_train_end_to_end(tmp_path):
         assert row["wrong_batches"] == [] and row["max_abs_err"] < 1e-5
         assert row["grad_wrong_batches"] == [] and len(row["grad_batch_abs_err"]) == 2
         assert row["grad_max_rel_err"] < 1e-4
+        assert row["trees_per_s"] == pytest.approx(2 / (row["ms"] * 1e-3))      # batch 2
     assert rows["cortex_tvm"]["ratio"] == pytest.approx(1.0)
     if "torch-levels" in systems:
         assert rows["torch-levels"]["ratio"] == pytest.approx(rows["torch-levels"]["ms"] / rows["cortex_tvm"]["ms"])
@@ -175,7 +176,7 @@ def test_train_end_to_end(tmp_path):
     assert case["embed"] == 24 and "TreeLSTM H=16 x=24 batch=2" in proc.stdout
     assert case["grad_check"]["weight"] == "U" and len(case["grad_check"]["ref_max_abs"]) == 2
     assert case["cortex_tvm_backward_ms"] > 0 and case["cortex_tvm_backward_pct_of_sgemm"] > 0
-    for needle in ("TRAINING STEPS", "ms/step", "dU rel err", "training step (forward + backward)",
+    for needle in ("TRAINING STEPS", "ms/step", "trees/s", "dU rel err", "training step (forward + backward)",
                    "cortex_tvm backward alone"):
         assert needle in proc.stdout
 

@@ -67,7 +67,8 @@ def summarize(cases, runs, systems, skipped):
                        max_abs_err=max(r["max_abs_err"] for r in got),
                        batch_abs_err=[max(errs) for errs in zip(*(r["batch_abs_err"] for r in got))],
                        wrong_batches=sorted({k for r in got for k in r["wrong_batches"]}),
-                       mean_nodes=case["nodes"], mflop=flops / 1e6, gflops=flops / (b["ms"] * 1e-3) / 1e9)
+                       mean_nodes=case["nodes"], mflop=flops / 1e6, gflops=flops / (b["ms"] * 1e-3) / 1e9,
+                       trees_per_s=key[2] / (b["ms"] * 1e-3))
             if all("grad_batch_abs_err" in r for r in got):      # --train: the gradient, every round
                 row.update(grad_max_abs_err=max(r["grad_max_abs_err"] for r in got),
                            grad_max_rel_err=max(r["grad_max_rel_err"] for r in got),
@@ -116,7 +117,7 @@ def print_tables(rows, cases, systems, sgemm_gflops, args, peak=None):
               + what)
         bf16 = "cortex_tvm-bf16" in systems
         print(f"  {'system':17s} {'ms/step' if train else 'ms':>9s} {'ratio':>7s}" + (f" {'vs bf16':>7s}" if bf16 else "")
-              + f" {'GFLOP/s':>8s} {'max|err|':>10s}"
+              + f" {'GFLOP/s':>8s}" + (f" {'trees/s':>8s}" if train else "") + f" {'max|err|':>10s}"
               + (f" {'d' + GRAD_WEIGHT.get(key[0], '?') + ' rel err':>12s}" if train else ""))
         for row in rows:
             if (row["model"], row["hidden"], row["batch"]) != key:
@@ -133,7 +134,8 @@ def print_tables(rows, cases, systems, sgemm_gflops, args, peak=None):
                 grad = f" {row['grad_max_rel_err']:12.1e}" if "grad_max_rel_err" in row else f" {'-':>12s}"
                 if row.get("grad_wrong_batches"):
                     flag += f"  <-- GRADIENT WRONG in batches {row['grad_wrong_batches']}"
-            print(f"  {row['system']:17s} {_fmt_ms(row['ms'])} {ratio} {row['gflops']:8.1f} "
+            trees = f"{row['trees_per_s']:8.0f} " if train else ""
+            print(f"  {row['system']:17s} {_fmt_ms(row['ms'])} {ratio} {row['gflops']:8.1f} {trees}"
                   f"{row['max_abs_err']:10.1e}{grad}{flag}")
         if "cortex_tvm_backward_ms" in case:
             print(f"  cortex_tvm backward alone (the pullback on one forward's kept values): "
