@@ -77,9 +77,7 @@ class Adjoint:
         #: returns the gradient of the batch's features, one row per slot, under its name
         self.features = next((k for s in self.stages.values() for k in s.placeholder_of.values()
                               if isinstance(k, ra.NodeFeatures)), None)
-        if self.features is not None:
-            self.level_pass_note = "the compiled level pass does not read per-node features; the numpy one runs"
-        elif target is not None:
+        if target is not None:
             try:
                 self.level_pass = LevelPass(lowered, self.stages, program, target)
                 self.level_pass_note = None
@@ -191,7 +189,8 @@ class Adjoint:
         skip = {}
         if self.level_pass is not None:                       # first pass: the levels, top down
             reads = self.level_pass(lin, states, weights, d_states, whole, part="backward" if kept else "all",
-                                    gradient=grads.of)
+                                    gradient=grads.of,
+                                    d_features=None if self.features is None else grads[self.features.name])
             for weight, index, sums, layout_key in reads:
                 scatter_invariant(grads.of(weight), index, sums, self._layouts.setdefault(layout_key, [None]))
             skip = self.level_pass.weight_blocks

@@ -117,13 +117,17 @@ class StageEmitter:
     def _state(self, buf):
         return next((state for b, state in self.state_of.items() if b.same_as(buf)), None)
 
+    def _features(self, buf):
+        return next((k for k, b in self.stage.placeholders.items() if isinstance(k, ra.NodeFeatures)
+                     and b.same_as(buf)), None)
+
     def is_sink(self, load) -> bool:
         if not str(load.ty.dtype).startswith("float"):
             return False
         if self.weight_sinks:
             return self.weight_of(load.source) is not None and not self.reads_node(load)
         return (self._tensor_key(load.source) is not None or self._state(load.source) is not None
-                or self._gathered_index(load) is not None)
+                or self._gathered_index(load) is not None or self._features(load.source) is not None)
 
     def reads_node(self, load) -> bool:
         """Whether the read's indices depend on the node (an embedding row by the node's word)."""
@@ -305,6 +309,17 @@ class StageEmitter:
         if gathered is not None:                  # the node's row of the weight's adjoint rows
             self._nest(block, load.indices, coeff, bufs, run, add_to_row(bufs["gathered"][gathered]))
             return
+        features = self._features(load.source)
+        if features is not None:                  # the node's own row of the features' adjoint
+            if not uses(load.indices[0], block.position):
+                raise Unsupported(f"block {block.name!r} reads the features {features.name} without its node")
+
+            def add_features(rewrite, value):
+                buf = bufs["d_features"][features]
+                idx = [rewrite(i) for i in load.indices]
+                Tb.buffer_store(buf, buf[idx] + value, idx)
+            self._nest(block, load.indices, coeff, bufs, run, add_features)
+            return
         if key is not None:
             if not (load.indices and load.indices[0].same_as(block.position)):
                 raise Unsupported(f"block {block.name!r} reads the stage tensor {load.source.name} at another node")
@@ -329,24 +344,6 @@ class StageEmitter:
             idx = [rewrite(first)] + [rewrite(i) for i in block.out_indices[1:]]
             Tb.buffer_store(buf, value, idx)
         self._nest(block, block.out_indices, block.body, bufs, run, store)
-
-    def transposed_reads(self):
-        """The 2-D weights some block reads with its vector axis in the first dimension only
-        (TreeLSTM's U[g*H + i, j*H + k] computing gates_sum[n, g, i]): the recomputation reads
-        their transposes, so a vector of lanes is one contiguous load."""
-        found = {}
-        for block in self.blocks:
-            inner = block.out_indices[-1] if len(block.out_indices) > 1 else None
-            if inner is None:
-                continue
-
-            def visit(ld):
-                for key, buf in self.stage.placeholders.items():
-                    if (isinstance(key, ra.Weight) and len(key.shape) == 2 and buf.same_as(ld.source)
-                            and uses(ld.indices[0], inner) and not uses(ld.indices[1], inner)):
-                        found[key] = buf
-            tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, visit), order="post")
-        return found
 
     def rewrite(self, e, bufs, mapping, offset, size, inner=None):
         """`e` (over the block's axes and the stage's buffers) in the function's terms: axes by

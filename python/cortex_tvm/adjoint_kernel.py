@@ -38,7 +38,7 @@ from . import adjoint_gpu, fast_math, ra
 from .adjoint_emit import StageEmitter
 from .adjoint_gpu import GpuStageEmitter
 from .adjoint_weights import emit_weight_read, index_arrays, weight_blocks
-from .tir_builder import as_list, vector_loop
+from .tir_builder import as_list, uses, vector_loop
 
 #: the compiled functions: every level in parallel over its nodes, or serially (shared nodes)
 PARALLEL, SERIAL = "cortex_adjoint_levels", "cortex_adjoint_levels_serial"
@@ -63,7 +63,10 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     earlier leaf's word, `distinct_leaves`: the passes compute level 0 but those, which copy
     their word's first leaf's states in "forward" and add their adjoints into its own before
     the leaves' backward; a GPU build runs every leaf and takes none), ("placeholder", key) for each int input and weight
-    the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), per stage
+    the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), ("d_features",
+    input) for each per-node feature input (`ra.node_features`, read as a ("placeholder", input)
+    of (N, F) rows: its adjoint, a row per slot, zeros from the caller, each node adding into its
+    own), per stage
     ("transposed", weight) for each weight its recomputation reads transposed and ("value" |
     "adj", stage, key, row shape) for each block (the stage's rows),
     ("weight_read", stage, key, ordinal, shape, weight, index arrays) for each node-independent
@@ -110,9 +113,12 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     if isinstance(key, ra.RecState):
                         continue
                     if key not in inputs:
-                        shape = key.shape if isinstance(key, ra.Weight) else (
-                            (N, program.spec.max_children) if key == "children" else (N,))
-                        dtype = key.dtype if isinstance(key, ra.Weight) else "int32"
+                        if isinstance(key, ra.NodeFeatures):        # a row per slot, like a state
+                            shape, dtype = (N, key.size), key.dtype
+                        else:
+                            shape = key.shape if isinstance(key, ra.Weight) else (
+                                (N, program.spec.max_children) if key == "children" else (N,))
+                            dtype = key.dtype if isinstance(key, ra.Weight) else "int32"
                         inputs[key] = _arg(getattr(key, "name", key), shape, dtype)
                         params.append(("placeholder", key))
                     placeholders[te_buf] = inputs[key]
@@ -123,6 +129,11 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
             for s in program.states:
                 d_states[s] = _arg("d_" + s.name, (N,) + s.shape, s.dtype)
                 params.append(("d_state", s))
+            d_features = {}
+            for key in inputs:
+                if isinstance(key, ra.NodeFeatures):
+                    d_features[key] = _arg("d_" + key.name, (N, key.size), key.dtype)
+                    params.append(("d_features", key))
             for emitter in emitters.values():
                 for te_buf, state in emitter.state_of.items():
                     placeholders[te_buf] = states[state]
@@ -130,7 +141,7 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
             for name, emitter in emitters.items():
                 rows, positions = Tb.int32(), Tb.int32()
                 value, adj, transposed = {}, {}, {}
-                for key, te_buf in emitter.transposed_reads().items():
+                for key, te_buf in transposed_reads(emitter).items():
                     if key not in transposed_inputs:
                         transposed_inputs[key] = _arg(key.name + "_T", key.shape[::-1], key.dtype)
                         params.append(("transposed", key))
@@ -150,6 +161,7 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                                            "float32")
                     params.append(("gathered", name, block.key, weight, node_input))
                 per_stage[name] = {"value": value, "adj": adj, "placeholder": placeholders, "d_state": d_states,
+                                   "d_features": d_features,
                                    "transposed": transposed, "gathered": gathered, "state": states}
             # the leaves a pass runs on: each word's first (`distinct_leaves`; a GPU gets none repeated)
             nodes_of = {"leaf": (level_offsets[0], level_offsets[1] - level_offsets[0] - (0 if gpu else repeats)),
@@ -211,6 +223,25 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                         add_rows(dense[weight], per_stage[name]["gathered"][index], inputs[node_input],
                                  *nodes_of[name])
     return fast_math.rewrite(ib.get()), params
+
+
+def transposed_reads(emitter) -> dict:
+    """The 2-D weights some block of `emitter`'s stage (`StageEmitter`) reads with its vector
+    axis in the first dimension only (TreeLSTM's U[g*H + i, j*H + k] computing gates_sum[n, g,
+    i]): the recomputation reads their transposes, so a vector of lanes is one contiguous load."""
+    found = {}
+    for block in emitter.blocks:
+        inner = block.out_indices[-1] if len(block.out_indices) > 1 else None
+        if inner is None:
+            continue
+
+        def visit(ld):
+            for key, buf in emitter.stage.placeholders.items():
+                if (isinstance(key, ra.Weight) and len(key.shape) == 2 and buf.same_as(ld.source)
+                        and uses(ld.indices[0], inner) and not uses(ld.indices[1], inner)):
+                    found[key] = buf
+        tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, visit), order="post")
+    return found
 
 
 def _state_rows(emitter, value: dict, states: dict, first_node) -> set:

@@ -13,6 +13,7 @@ from . import ra, tir_pipeline
 from .adjoint_emit import StageEmitter
 from .adjoint_kernel import NAMES, level_pass, transient_blocks
 from .linearize import NULL_SLOT
+from .node_features import check_slot_rows
 from .scratch import held_rows, zero
 from .target import cpu_info
 
@@ -94,12 +95,14 @@ class LevelPass:
                                                             tir_pipeline=tir_pipeline.NAME)[name]
         return self._functions[(part, parallel)]
 
-    def __call__(self, lin, states, weights, d_states, whole, part: str = "all", gradient=None) -> list:
+    def __call__(self, lin, states, weights, d_states, whole, part: str = "all", gradient=None,
+                 d_features=None) -> list:
         """part "all": recompute every block's value into `whole[stage].values` and run the
         levels, writing `whole[stage].adjoints` (each level zeroes its own rows, then adds into
         them) and adding into `d_states` (the children's rows: zeros from the caller) and into
         `gradient(weight)` (the gradient of a weight read through the node's input, zeros from
-        the caller: an embedding's rows, by word); "backward": the same on the values a
+        the caller: an embedding's rows, by word) and into `d_features` (the per-node features'
+        adjoint, (num_slots, F) zeros from the caller, for a program that reads them); "backward": the same on the values a
         "forward" call left in `whole`; "forward": every block's value, level by level from the
         leaves, and each node's rows of `states` (zeros), d_states and gradient unused.
         Returns the weight reads summed here, [(weight, index arrays, the sums over the read's
@@ -123,6 +126,9 @@ class LevelPass:
                     args.append(weights[key.name])
                 elif isinstance(key, ra.NodeInput):
                     args.append(lin.words)
+                elif isinstance(key, ra.NodeFeatures):      # (a short array would be read past its end)
+                    check_slot_rows(lin, key.name, key.size, key.dtype)
+                    args.append(lin.features)
                 else:
                     args.append(getattr(lin, key))       # children, num_children
             elif role == "transposed":                        # read by the values' computation only
@@ -149,6 +155,10 @@ class LevelPass:
                 args.append(self._held_rows(position, _transient_rows(lin, stage, part), row_shape))
             elif role == "state":
                 args.append(states[self.states.index(param[1])])
+            elif role == "d_features":                      # the forward adds nothing into it
+                args.append(lin.features if d_features is None else d_features)
+                if d_features is None:
+                    unread.add(position)
             elif role == "d_state":
                 args.append(d_states[self.states.index(param[1])])
                 if part == "forward":                 # (the states themselves: written as those)
