@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import data
 from ..models import reference64
-from .cases import TORCH_MODELS, feature_rows, structures
+from .cases import EMBED_MODELS, TORCH_MODELS, feature_rows, structures
 from .check import difference_grads64, torch_grads64
 from .common import GRAD_WEIGHT, TRAIN_SEED, batch_starts
 
@@ -50,8 +50,9 @@ def write_case(path, model, name, trees, batch, batches, train=False, features=N
         arrays.update(d_roots=train_direction(batch, model.hidden_size), grad_weight=np.array(GRAD_WEIGHT[name]))
     flops = [model.flops(model.linearize(g)) for g in groups]        # pad=1: real nodes only
     nodes = sum(len(data.dag_postorder(t)) for g in groups for t in g) / len(groups)
-    np.savez(path, model=np.array(name), hidden=np.array(model.hidden_size), embed=np.array(model.embed_size),
-             batch=np.array(batch),
+    if name in EMBED_MODELS and features is None:       # (the workers build the model at this width)
+        arrays["embed"] = np.array(model.embed_size)
+    np.savez(path, model=np.array(name), hidden=np.array(model.hidden_size), batch=np.array(batch),
              tree_index=index, flops=np.array(flops), **arrays, **{"w_" + k: v for k, v in weights.items()})
     refs = [reference64(model, g) if rows is None else reference64(model, g, features=rows[k])
             for k, g in enumerate(groups)]

@@ -44,7 +44,9 @@ EMBED_MODELS = FEATURE_MODELS
 def make_model(name: str, hidden: int, vocab_size: int, features: int | None = None, embed: int | None = None):
     """The bench's model `name`; features=F: fed F features per node instead of word ids;
     embed=X: word vectors of width X (`EMBED_MODELS`; default H)."""
-    if embed is not None and features is None:
+    if embed is not None and (features is not None or name not in EMBED_MODELS):
+        raise ValueError(f"bench model {name!r}: embed={embed} is for {', '.join(EMBED_MODELS)} fed word ids")
+    if embed is not None:
         return models.BY_NAME[name](hidden_size=hidden_for(name, hidden), vocab_size=vocab_size, embed_size=embed,
                                     **OPTIONS.get(name, {}))
     if features is not None:

@@ -41,7 +41,7 @@ def load_case(path):
     trees, vocab = data.sst_sample()
     name = str(case["model"])
     width = int(case["features"].shape[1]) if "features" in case.files else None
-    embed = int(case["embed"]) if "embed" in case.files and width is None else None
+    embed = int(case["embed"]) if "embed" in case.files else None
     model = make_model(name, int(case["hidden"]), len(vocab), width, embed)
     model.load_weights({k[2:]: case[k] for k in case.files
                         if k.startswith("w_") and k[2:] in model.weight_shapes()})
