@@ -9,10 +9,10 @@ import pytest
 import cortex_tvm as ct
 from cortex_tvm import adjoint_kernel, lower
 from cortex_tvm.adjoint import Adjoint
-from cortex_tvm.bench.cases import OPTIONS, structures
 from cortex_tvm.distinct_leaves import distinct_leaf_count, distinct_leaves_first
 from cortex_tvm.stage_numpy import StageNumpy
-from cortex_tvm.target import make_target
+
+from .numpy_twin import assert_kept_states, assert_same_gradients, numpy_gradients, zoo_case
 
 H = 6
 
@@ -52,17 +52,9 @@ def test_a_batch_without_a_repeated_word_keeps_its_layout():
 
 @pytest.mark.parametrize("name", sorted(ct.models.BY_NAME))
 def test_the_pass_on_distinct_leaves_gives_the_numpy_gradients(name, sst):
-    trees, vocab = sst
-    model = ct.models.BY_NAME[name](hidden_size=H, vocab_size=len(vocab), **OPTIONS.get(name, {}))
-    plain = model.linearize(structures(name, trees[:40]))
-    states = model.numpy_forward(plain)
-    rng = np.random.default_rng(3)
-    d_states = [rng.standard_normal(s.shape).astype(np.float32) for s in states]
-    for d in d_states:
-        d[0] = 0                                   # the null node
-    want = Adjoint(model.program, model.linearize).vjp(plain, states, model.weights, [d.copy() for d in d_states])
-    compiled = Adjoint(model.program, model.linearize, make_target("llvm"))
-    assert compiled.distinct_leaves, compiled.level_pass_note
+    model, plain, states, d_states, compiled = zoo_case(name, H, sst, 40, 3)
+    want = numpy_gradients(model, plain, states, d_states)
+    assert compiled.distinct_leaves
     lin = compiled.layout(plain)
     assert lin.leaf_sources is not None and len(lin.leaf_sources) > 0
 
@@ -72,17 +64,11 @@ def test_the_pass_on_distinct_leaves_gives_the_numpy_gradients(name, sst):
             mine[lin.node_slots] = theirs[plain.node_slots]
         return out
     kept, token = compiled.forward(lin, model.weights)
-    for mine, theirs in zip(kept, moved(states)):     # the repeats' states copied from their word's leaf
-        np.testing.assert_allclose(mine[lin.node_slots], theirs[lin.node_slots], rtol=0, atol=1e-5)
+    assert_kept_states(kept, moved(states), lin)      # the repeats' states copied from their word's leaf
     for part, values, forwarded in (("backward", kept, token), ("all", moved(states), None)):
         got = compiled.vjp(lin, values, model.weights, moved(d_states), forwarded=forwarded)
         assert compiled.level_pass.last_run[0] == part
-        assert sorted(got) == sorted(want)
-        for weight in want:
-            scale = float(np.abs(want[weight]).max())
-            assert scale > 0, weight                   # the comparison can fail
-            np.testing.assert_allclose(got[weight], want[weight], rtol=0, atol=2e-5 * scale,
-                                       err_msg=f"{weight} ({part})")
+        assert_same_gradients(got, want, part)
 
 
 def test_compile_takes_the_distinct_leaves_on_a_cpu_and_every_leaf_on_a_gpu():

@@ -5,7 +5,6 @@ weight and of the features, must be the numpy backward's for every zoo model tha
 features, on the forward's kept values and with the recomputation, with an adjoint on every
 state of every node; the numpy backward is itself checked against central differences
 (tests/test_node_features.py, which now runs through the compiled pass)."""
-import numpy as np
 import pytest
 
 import cortex_tvm as ct
@@ -15,6 +14,8 @@ from cortex_tvm.bench.cases import FEATURE_MODELS, structures
 from cortex_tvm.node_features import seeded_batch
 from cortex_tvm.stage_numpy import StageNumpy
 from cortex_tvm.target import make_target
+
+from .numpy_twin import assert_kept_states, assert_same_gradients, numpy_gradients, random_adjoints
 
 H, F = 6, 5
 
@@ -26,27 +27,18 @@ def test_the_compiled_pass_gives_the_numpy_gradients_of_weights_and_features(nam
     structs = structures(name, trees[:12])
     lin = model.linearize(structs, features=seeded_batch(structs, F, seed=4).features)
     states = model.numpy_forward(lin)
-    rng = np.random.default_rng(5)
-    d_states = [rng.standard_normal(s.shape).astype(np.float32) for s in states]
-    for d in d_states:
-        d[0] = 0                                   # the null node
-    want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, [d.copy() for d in d_states])
+    d_states = random_adjoints(states, 5)
+    want = numpy_gradients(model, lin, states, d_states)
     assert "features" in want
     compiled = Adjoint(model.program, model.linearize, make_target("llvm"))
     assert compiled.level_pass is not None, compiled.level_pass_note
     assert not compiled.distinct_leaves            # a leaf reads its own features, not a word
     kept, token = compiled.forward(lin, model.weights)
-    for mine, theirs in zip(kept, states):
-        np.testing.assert_allclose(mine[lin.node_slots], theirs[lin.node_slots], rtol=0, atol=1e-5)
+    assert_kept_states(kept, states, lin)
     for part, values, forwarded in (("backward", kept, token), ("all", states, None)):
         got = compiled.vjp(lin, values, model.weights, [d.copy() for d in d_states], forwarded=forwarded)
         assert compiled.level_pass.last_run[0] == part
-        assert sorted(got) == sorted(want)
-        for weight in want:
-            scale = float(np.abs(want[weight]).max())
-            assert scale > 0, weight                   # the comparison can fail
-            np.testing.assert_allclose(got[weight], want[weight], rtol=0, atol=2e-5 * scale,
-                                       err_msg=f"{weight} ({part})")
+        assert_same_gradients(got, want, part)
 
 
 def test_each_node_adds_into_its_own_features_row():

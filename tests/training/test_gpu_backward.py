@@ -26,9 +26,9 @@ from tvm import tirx
 
 import cortex_tvm as ct
 from cortex_tvm import tir_pipeline
-from cortex_tvm.adjoint import Adjoint
-from cortex_tvm.bench.cases import OPTIONS, structures
 from cortex_tvm.target import make_target
+
+from .numpy_twin import assert_kept_states, assert_same_gradients, numpy_gradients, zoo_case
 
 H = 6
 
@@ -73,17 +73,8 @@ def _loops(func):
 
 @pytest.mark.parametrize("name", sorted(ct.models.BY_NAME))
 def test_the_gpu_layout_gives_the_numpy_gradients(name, sst):
-    trees, vocab = sst
-    model = ct.models.BY_NAME[name](hidden_size=H, vocab_size=len(vocab), **OPTIONS.get(name, {}))
-    lin = model.linearize(structures(name, trees[:6]))
-    states = model.numpy_forward(lin)
-    rng = np.random.default_rng(2)
-    d_states = [rng.standard_normal(s.shape).astype(np.float32) for s in states]
-    for d in d_states:
-        d[0] = 0                                   # the null node
-    want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, [d.copy() for d in d_states])
-    compiled = Adjoint(model.program, model.linearize, make_target("llvm"))
-    assert compiled.level_pass is not None, compiled.level_pass_note
+    model, lin, states, d_states, compiled = zoo_case(name, H, sst, 6, 2)
+    want = numpy_gradients(model, lin, states, d_states)
     _serial_gpu_functions(compiled.level_pass)
     compiled.level_pass.device = tvm.cpu(0)       # every array copied in and back, as to a GPU
     shared = np.bincount(lin.children[lin.children != 0]).max() > 1
@@ -91,19 +82,13 @@ def test_the_gpu_layout_gives_the_numpy_gradients(name, sst):
     forwarded = compiled.forward(lin, model.weights)
     if forwarded is not None and not shared:      # the GPU forward, then its backward
         kept, token = forwarded
-        for mine, theirs in zip(kept, states):
-            np.testing.assert_allclose(mine[lin.node_slots], theirs[lin.node_slots], rtol=0, atol=1e-5)
+        assert_kept_states(kept, states, lin)
         runs.insert(0, ("backward", token))
     for part, token in runs:
         got = compiled.vjp(lin, states if token is None else kept, model.weights, [d.copy() for d in d_states],
                            forwarded=token)
         assert compiled.level_pass.last_run == (part, "serial" if shared else "parallel")
-        assert sorted(got) == sorted(want)
-        for weight in want:
-            scale = float(np.abs(want[weight]).max())
-            assert scale > 0, weight                   # the comparison can fail
-            np.testing.assert_allclose(got[weight], want[weight], rtol=0, atol=2e-5 * scale,
-                                       err_msg=f"{weight} ({part})")
+        assert_same_gradients(got, want, part)
 
 
 @pytest.fixture(scope="module")

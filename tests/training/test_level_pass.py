@@ -16,18 +16,12 @@ import pytest
 import cortex_tvm as ct
 from cortex_tvm import adjoint_kernel, adjoint_pass, lower
 from cortex_tvm.adjoint import Adjoint
-from cortex_tvm.bench.cases import OPTIONS, structures
 from cortex_tvm.stage_numpy import StageNumpy
 from cortex_tvm.target import make_target
 
+from .numpy_twin import assert_same_gradients, numpy_gradients, random_adjoints, zoo_case
+
 H = 6
-
-
-def _random_adjoints(states, rng):
-    d_states = [rng.standard_normal(s.shape).astype(np.float32) for s in states]
-    for d in d_states:
-        d[0] = 0                                   # the null node
-    return d_states
 
 
 @pytest.mark.parametrize("name", sorted(ct.models.BY_NAME))
@@ -53,14 +47,7 @@ def test_the_pass_zeroes_what_it_adds_into(name, sst):
 
 
 def _check_against_numpy(name, hidden, sst, count, poison=False):
-    trees, vocab = sst
-    model = ct.models.BY_NAME[name](hidden_size=hidden, vocab_size=len(vocab), **OPTIONS.get(name, {}))
-    structs = structures(name, trees[:count])
-    lin = model.linearize(structs)
-    states = model.numpy_forward(lin)
-    d_states = _random_adjoints(states, np.random.default_rng(1))
-    compiled = Adjoint(model.program, model.linearize, make_target("llvm"))
-    assert compiled.level_pass is not None, compiled.level_pass_note
+    model, lin, states, d_states, compiled = zoo_case(name, hidden, sst, count, 1)
     got = compiled.vjp(lin, states, model.weights, [d.copy() for d in d_states])
     if poison:
         kept = [a for stage in compiled._held.stages.values() for a in stage.values()]
@@ -69,12 +56,7 @@ def _check_against_numpy(name, hidden, sst, count, poison=False):
         for array in kept:
             array.fill(np.nan)
         got = compiled.vjp(lin, states, model.weights, [d.copy() for d in d_states])
-    want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, [d.copy() for d in d_states])
-    assert sorted(got) == sorted(want)
-    for weight in want:
-        scale = float(np.abs(want[weight]).max())
-        assert scale > 0, weight                       # the comparison can fail
-        np.testing.assert_allclose(got[weight], want[weight], rtol=0, atol=2e-5 * scale, err_msg=weight)
+    assert_same_gradients(got, numpy_gradients(model, lin, states, d_states))
     children = lin.children[lin.children != 0]
     shared = np.bincount(children).max() > 1
     assert compiled.level_pass.last_run == ("all", "serial" if shared else "parallel")
@@ -212,7 +194,7 @@ def test_the_forward_keeps_each_state_once(sst):
         assert sum(widths.values()) == gates * H, widths
         assert compiled.level_pass.saved_vectors(stage) == gates + 2
     before = [s.copy() for s in states]
-    d_states = _random_adjoints(states, np.random.default_rng(5))
+    d_states = random_adjoints(states, 5)
     for forwarded in (token, None):
         compiled.vjp(lin, states, model.weights, [d.copy() for d in d_states], forwarded=forwarded)
         for mine, kept in zip(states, before):
@@ -239,7 +221,7 @@ def test_values_the_backward_never_reads_are_kept_one_level_at_a_time(sst):
     assert adjoint_pass._transient_rows(lin, "internal", "all") == sizes[1:].sum()
     assert adjoint_pass._transient_rows(lin, "leaf", "backward") == 0
     states = model.numpy_forward(lin)
-    d_states = _random_adjoints(states, np.random.default_rng(3))
+    d_states = random_adjoints(states, 3)
     want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, [d.copy() for d in d_states])
     kept_states, token = compiled.forward(lin, model.weights)
     for mine, theirs in zip(kept_states, states):

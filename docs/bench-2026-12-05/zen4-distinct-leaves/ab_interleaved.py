@@ -1,4 +1,4 @@
-"""The same variants as ab.py, interleaved call by call (this VM's speed drifts 10-30% within
+"""Three variants of the training pass, interleaved call by call (this VM's speed drifts 10-30% within
 seconds): for each batch, each variant's step, then its pullback alone, in turn, `repeats`
 times; per batch and variant the minimum, then the mean over batches.
 Usage: PYTHONPATH=python python ab_interleaved.py H X B [repeats]"""
