@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
-from cortex_tvm import dot_bf16, passes, recipes
+from cortex_tvm import dot_bf16, recipes, tir_rewrites
 from cortex_tvm.bench.cases import OPTIONS, structures
 from cortex_tvm.build import build_module
 from cortex_tvm.compiler import compiled_form
@@ -150,7 +150,7 @@ def test_transform_writes_the_pairs(sst):
     executable["cortex_transform_params"](*args)
     got = args[[t[0] for t in rs.signature.transform].index("U_packed")].numpy()
     assert got.dtype == np.uint32 and got.shape == (2, 32, 80)
-    inverse = passes.untile_axis(axis, tile, groups, extent)
+    inverse = tir_rewrites.untile_axis(axis, tile, groups, extent)
     a, kp, c = np.indices(got.shape)
     r_lo, k_lo = inverse(a, 2 * kp, c)
     r_hi, k_hi = inverse(a, 2 * kp + 1, c)
