@@ -92,8 +92,8 @@ def test_the_padded_models_gemms_are_the_models_at_the_padded_sizes(name, target
     analysis of the padded model's program gives."""
     model = ct.models.BY_NAME[name](hidden_size=20, vocab_size=V)
     facts = padding.program_facts(model, target)
-    assert facts.kernel_model is not model            # H=20 pads on AVX2 (24) and AVX-512 (32)
-    assert facts.gemms == tuple(derive.gemms(RecSchedule(facts.kernel_model.lower(specialize_leaves=True))))
+    assert facts.padded_model is not model            # H=20 pads on AVX2 (24) and AVX-512 (32)
+    assert facts.gemms == tuple(derive.gemms(RecSchedule(facts.padded_model.lower(specialize_leaves=True))))
 
 
 @pytest.mark.parametrize("name", ["treelstm", "treegru", "seqlstm", "dagrnn"])
@@ -103,7 +103,7 @@ def test_derive_takes_the_gemms_of_the_prepared_program_from_the_facts(name):
     facts = padding.program_facts(ct.models.BY_NAME[name](hidden_size=H, vocab_size=V), "llvm")
     for hoist in (True, False):
         for level_tails in (True, False):
-            rs = RecSchedule(facts.kernel_model.lower(specialize_leaves=False))
+            rs = RecSchedule(facts.padded_model.lower(specialize_leaves=False))
             given = derive._prepare(rs, 3, hoist, level_tails, program_gemms=facts.gemms)
             assert given == derive.gemms(rs)
             assert len(given) > len(facts.gemms) or not level_tails

@@ -386,11 +386,11 @@ def test_kernel_reads_no_feature_past_the_callers_width(make):
     import tvm
     import tvm_ffi
     from cortex_tvm.build import make_target
-    from cortex_tvm.padding import compiled_form
+    from cortex_tvm.padding import padded_model
     model = make()
-    kernel_model = compiled_form(model, make_target("llvm"))
+    padded = padded_model(model, make_target("llvm"))
     width = model.embed_size
-    func = kernel_model.lower(specialize_leaves=True).func
+    func = padded.lower(specialize_leaves=True).func
     reads = {}       # each load of the features -> the extent of its feature index, from its own block
 
     def block(b):

@@ -9,7 +9,7 @@ from tvm import relax
 import cortex_tvm as ct
 import cortex_tvm.relax  # noqa: F401 - ct.relax
 from cortex_tvm import build, recipes, tir_pipeline
-from cortex_tvm.padding import compiled_form
+from cortex_tvm.padding import padded_model
 from cortex_tvm.target import make_target
 
 H = 32
@@ -20,9 +20,9 @@ AVX512 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "skylake-avx512
 def _scheduled_module(target, knobs):
     model = ct.models.TreeLSTM(hidden_size=H, vocab_size=30)
     tgt = make_target(target)
-    kernel_model = compiled_form(model, tgt)
-    recipe = recipes.resolve(kernel_model, tgt, None).with_knobs(**knobs)
-    rs, _ = build.schedule_model(kernel_model, tgt, recipe)
+    padded = padded_model(model, tgt)
+    recipe = recipes.resolve(padded, tgt, None).with_knobs(**knobs)
+    rs, _ = build.schedule_model(padded, tgt, recipe)
     return model, tgt, rs.finalize().module()
 
 
@@ -65,7 +65,7 @@ def test_a_relax_module_gives_the_same_roots_with_either_pipeline():
     trees, vocab = ct.data.sst_sample()
     model = ct.models.TreeLSTM(hidden_size=H, vocab_size=len(vocab))
     tgt = make_target("llvm")
-    recipe = recipes.resolve(compiled_form(model, tgt), tgt, None).with_knobs(node_tile=5, k_unroll=4)
+    recipe = recipes.resolve(padded_model(model, tgt), tgt, None).with_knobs(node_tile=5, k_unroll=4)
     mod, make_inputs = ct.relax.as_relax(model, tgt, schedule=recipe)
     batch = trees[:6]
     want = model.reference(batch)

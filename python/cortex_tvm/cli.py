@@ -119,7 +119,7 @@ def _show(args) -> int:
     from .schedule import RecSchedule
     target = build.make_target(args.target)
     user = _make_model(args.model, args.hidden, args.vocab, "show")
-    model = padding.compiled_form(user, target)
+    model = padding.padded_model(user, target)
 
     def fresh():
         return RecSchedule(model.lower(specialize_leaves=False))

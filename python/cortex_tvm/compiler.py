@@ -1,4 +1,4 @@
-"""The compile entry point: model -> (padded) kernel model -> schedule -> build -> CompiledModel.
+"""The compile entry point: model -> padded model -> schedule -> build -> CompiledModel.
 
 The top of the compiling stages and the only one that consults tuning: a tuning log's record
 for this model and CPU, else the recipe named by `schedule` (default: the derived schedule at
@@ -14,7 +14,8 @@ import numpy as np
 from . import recipes
 from .adjoint import Adjoint
 from .build import build_module, build_schedule, schedule_model
-from .padding import compiled_form, program_facts  # noqa: F401  (compiled_form: imported from here)
+# padded_model (and compiled_form, its deprecated old name): imported from here
+from .padding import compiled_form, padded_model, program_facts  # noqa: F401
 from .recipes import Recipe, check_precision, with_precision
 from .runtime import cannot_run_here
 from .target import cpu_info, cuda_sm_count, make_target  # noqa: F401  (make_target: imported from here)
@@ -54,12 +55,12 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
         raise TypeError(f"bounds_check must be a bool, got {type(bounds_check).__name__}")
     # the target, the padded model and its GEMMs, found once for every stage below
     facts = program_facts(model, target)
-    tgt, kernel_model = facts.target, facts.kernel_model
+    tgt, padded = facts.target, facts.padded_model
     check_precision(precision, tgt)
     adjoint = training_pass(model, tgt, precision, training)
     ranked = isinstance(schedule, str) and schedule == RANKED
     if tuning_log is None:
-        recipe = recipes.resolve(kernel_model, tgt, None if ranked else schedule, facts)
+        recipe = recipes.resolve(padded, tgt, None if ranked else schedule, facts)
     else:
         # a log's record for this model wins; without one, "ranked" still ranks.  The log's knob
         # space is the recipe this compile would resolve, made on these facts: resolved once
@@ -70,13 +71,13 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
     if ranked:
         # the shipped cost model ranks a few configurations of the derived schedule, unmeasured:
         # each one's schedule is applied to read its program (0.7-6 s at the zoo's sizes)
-        recipe = choose(recipe, kernel_model, tgt, facts)
+        recipe = choose(recipe, padded, tgt, facts)
     recipe = unrolled(recipe, tgt, max_unroll_depth)
     if adjoint is not None:
         recipe = without_leaf_tables(recipe)
     recipe = with_device_grid(with_precision(recipe, precision), tgt)
-    rs, recipe = schedule_model(kernel_model, tgt, recipe)
-    compiled = build_schedule(kernel_model, rs, tgt, recipe, bounds_check,
+    rs, recipe = schedule_model(padded, tgt, recipe)
+    compiled = build_schedule(padded, rs, tgt, recipe, bounds_check,
                               state_shapes=[s.shape for s in model.program.states])
     if adjoint is not None:
         compiled.adjoint = adjoint
@@ -131,13 +132,13 @@ def cross_compile(model, target, path, schedule=None, precision="fp32") -> str:
     pad the user's weights with zeros the same way before the transforms).  Returns `path`.
     """
     facts = program_facts(model, target)
-    tgt, kernel_model = facts.target, facts.kernel_model
+    tgt, padded = facts.target, facts.padded_model
     check_precision(precision, tgt)
-    rs, _ = schedule_model(kernel_model, tgt, with_precision(recipes.resolve(kernel_model, tgt, schedule, facts),
+    rs, _ = schedule_model(padded, tgt, with_precision(recipes.resolve(padded, tgt, schedule, facts),
                                                               precision))
     mod = rs.finalize().module()
     build_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
-    padding = getattr(kernel_model, "weight_padding", None) or {}
+    padding = getattr(padded, "weight_padding", None) or {}
     with open(f"{path}.json", "w", encoding="utf-8") as f:
         json.dump({"model": type(model).__name__, "target": str(tgt), "precision": precision,
                    "bf16_weights": list(rs.plan.bf16_weights),

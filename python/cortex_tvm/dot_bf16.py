@@ -41,7 +41,7 @@ import tvm.sym
 import tvm_ffi
 from tvm import te, tirx
 
-from . import passes
+from . import tir_rewrites
 from .target import make_target
 
 #: the LLVM function the kernel calls for one `vdpbf16ps` (16 float32 lanes, 16 bf16 pairs)
@@ -104,7 +104,7 @@ def check_target(mod, target) -> None:
 # ----------------------------------------------------------------------------- values
 def pair_bits(low, high):
     """Two float32 expressions -> one uint32: bfloat16(low) in bits 0-15, bfloat16(high) in 16-31."""
-    return passes.bf16_bits32(low) | (passes.bf16_bits32(high) << tirx.const(16, "uint32"))
+    return tir_rewrites.bf16_bits32(low) | (tir_rewrites.bf16_bits32(high) << tirx.const(16, "uint32"))
 
 
 def pair_decode(pairs, indices):
@@ -121,23 +121,23 @@ def pack_pairs(transform, weight: str, packed_name: str, inverse_fn):
     """The parameter transform with `packed_name` (float32 [A, K, C], written by the pack block
     from `weight` through `inverse_fn`) written as uint32 pairs [A, K // 2, C]; the transform's
     own reads of the packed copy (a leaf table's) widen their half of the pair."""
-    old = passes.param(transform, packed_name)
+    old = tir_rewrites.param(transform, packed_name)
     A, K, C = (int(d) for d in old.shape)
-    raw = passes.param(transform, weight)
+    raw = tir_rewrites.param(transform, weight)
     new = tirx.decl_buffer((A, K // 2, C), PAIR_STORAGE, name=packed_name, data_alignment=4)
     source = te.placeholder(tuple(int(d) for d in raw.shape), str(raw.dtype), name=weight)
     made_target = te.compute(
         (A, K // 2, C),
         lambda a, kp, c: pair_bits(source[inverse_fn(a, kp * 2, c)], source[inverse_fn(a, kp * 2 + 1, c)]),
-        name=passes.pack_block(weight))
+        name=tir_rewrites.pack_block(weight))
     made = te.create_prim_func([source, made_target])
     swap = {made.params[0]: raw, made.params[1]: new}
     nest = tvm_ffi.structural_map(made.body.block.body, (tvm.ir.Var, lambda v: swap.get(v, v)), order="post")
     root = transform.body.block
     parts = list(root.body.seq) if isinstance(root.body, tirx.SeqStmt) else [root.body]
-    index = [i for i, part in enumerate(parts) if has_block(part, passes.pack_block(weight))]
+    index = [i for i, part in enumerate(parts) if has_block(part, tir_rewrites.pack_block(weight))]
     if len(index) != 1:
-        raise ValueError(f"the transform has no single block {passes.pack_block(weight)!r}")
+        raise ValueError(f"the transform has no single block {tir_rewrites.pack_block(weight)!r}")
     parts[index[0]] = nest
     body = tirx.SeqStmt(parts) if len(parts) > 1 else parts[0]
     root = tvm.s_tir.stmt.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, body, root.init,

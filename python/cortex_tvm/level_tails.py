@@ -31,7 +31,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from . import passes
+from . import tir_rewrites
 
 SCOPES = ("leaves", "level")
 #: the kernel attribute that has `tir_pipeline` lower it without StorageRewrite
@@ -70,7 +70,7 @@ def _nest(stage):
 def is_tail_base(e) -> bool:
     """Whether `e` is where a tail starts in its level, `(lo[l + 1] - lo[l]) // t * t`."""
     return (isinstance(e, tvm.ir.prim.expr.Mul) and isinstance(e.a, tvm.ir.prim.expr.FloorDiv)
-            and passes.is_level_size(e.a.a) and isinstance(e.b, tirx.IntImm))
+            and tir_rewrites.is_level_size(e.a.a) and isinstance(e.b, tirx.IntImm))
 
 
 def _whole_tiles(extent, multiple: int) -> bool:
@@ -161,7 +161,7 @@ def is_part(scope: str, name: str) -> bool:
 
 def split(func, multiple: int):
     """Each scope (the leaves, a level; node loops over whole tiles already, see
-    `passes.pad_level_extents`) divided into a block of its stages, `<scope>_whole`, and one
+    `tir_rewrites.pad_level_extents`) divided into a block of its stages, `<scope>_whole`, and one
     block per remainder r, `<scope>_tail<r>`, holding their copies.  Blocks of their own,
     because s_tir schedules only a scope that is a stage pipeline: within one, a stage that
     writes a state another stage has read (the tail's epilogue after the whole tiles') is a
@@ -206,9 +206,9 @@ def _scope(name, stages, allocs, guard=None):
     body = tirx.SeqStmt(stages) if len(stages) > 1 else stages[0]
     tvm_ffi.structural_walk(body, (tvm.s_tir.stmt.SBlock, on_block))
     inside = {a.name for a in allocs}
-    whole = [passes.whole_region(buf) for n, buf in reads.items() if n not in inside and n not in writes]
-    block = tvm.s_tir.stmt.SBlock([], whole, [passes.whole_region(buf) for n, buf in writes.items() if n not in inside],
-                                  name, body, None, allocs, [], {})
+    whole = [tir_rewrites.whole_region(buf) for n, buf in reads.items() if n not in inside and n not in writes]
+    written = [tir_rewrites.whole_region(buf) for n, buf in writes.items() if n not in inside]
+    block = tvm.s_tir.stmt.SBlock([], whole, written, name, body, None, allocs, [], {})
     return tvm.s_tir.stmt.SBlockRealize([], tirx.IntImm("bool", 1) if guard is None else guard, block)
 
 

@@ -17,6 +17,7 @@ constant to them, cannot be padded this way and compiles at its own sizes.
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass, replace
 
 from tvm.target import Target
@@ -133,10 +134,17 @@ class ProgramFacts:
     target: Target
     #: the CPU's vector facts (`cpu_info`); None off a CPU
     info: CpuInfo | None
-    #: the model as the kernel computes it (`compiled_form`: sizes padded, zero weights)
-    kernel_model: object
-    #: the GEMMs of kernel_model's program with its leaves specialized (`derive.gemms`); () off a CPU
+    #: the model as the kernel computes it (`padded_model`: sizes padded, zero weights)
+    padded_model: object
+    #: the GEMMs of padded_model's program with its leaves specialized (`derive.gemms`); () off a CPU
     gemms: tuple = ()
+
+    @property
+    def kernel_model(self):
+        """Deprecated: the old name of `padded_model`."""
+        warnings.warn("ProgramFacts.kernel_model is deprecated; use ProgramFacts.padded_model",
+                      DeprecationWarning, stacklevel=2)
+        return self.padded_model
 
 
 def program_facts(model, target) -> ProgramFacts:
@@ -172,7 +180,14 @@ def padded_gemms(found, weight_padding: dict):
     return tuple(out)
 
 
-def compiled_form(model, target):
+def padded_model(model, target):
     """The model as a CPU kernel computes it: sizes rounded up (`pad_multiple`) with zero
     weights, so every size gets full vectors and register tiles (the model itself otherwise)."""
-    return program_facts(model, target).kernel_model
+    return program_facts(model, target).padded_model
+
+
+def compiled_form(model, target):
+    """Deprecated: the old name of `padded_model`, which returns the padded model."""
+    warnings.warn("cortex_tvm.padding.compiled_form is deprecated; use padded_model (same arguments)",
+                  DeprecationWarning, stacklevel=2)
+    return padded_model(model, target)

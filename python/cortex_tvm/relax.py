@@ -46,7 +46,7 @@ from tvm import relax, tirx
 from . import build as _build
 from . import recipes as _recipes
 from .kernel_args import kernel_weights, model_weight_arrays
-from .padding import compiled_form
+from .padding import padded_model
 
 __all__ = ["RecursiveCall", "as_relax"]
 
@@ -68,11 +68,11 @@ class RecursiveCall:
         tgt = _build.make_target(target)
         _recipes.check_precision(precision, tgt)
         # the sizes padded to the vector width as compile() pads them; the roots are sliced back
-        kernel_model = compiled_form(model, tgt)
-        schedule = _recipes.with_precision(_recipes.resolve(kernel_model, tgt, schedule), precision)
+        padded = padded_model(model, tgt)
+        schedule = _recipes.with_precision(_recipes.resolve(padded, tgt, schedule), precision)
         # bf16 stays storage-only here: the caller compiles the module, for any target, and LLVM
         # aborts the process on vdpbf16ps (dot_bf16) for a CPU without AVX512_BF16
-        rs, recipe = _build.schedule_model(kernel_model, tgt, schedule, bf16_dot=False)
+        rs, recipe = _build.schedule_model(padded, tgt, schedule, bf16_dot=False)
         if rs.plan.per_level:
             raise ValueError(f"as_relax: recipe {recipe.name!r} uses per-level kernels; Relax embedding "
                              "needs a single-kernel schedule (pass schedule=... without per_level_kernels)")
@@ -80,7 +80,7 @@ class RecursiveCall:
         self.signature = rs.signature
         self.pass_config = rs.plan.pass_config()
         self.func = _with_shape_param(rs.func, "max_level_size")
-        self.weights = self._transformed_weights(rs, kernel_model)
+        self.weights = self._transformed_weights(rs, padded)
         self.states = self.signature.states
         #: the first state's shape as the user's model has it (the kernel's may be padded)
         self.visible_shape = tuple(int(d) for d in model.program.states[0].shape)
@@ -99,10 +99,10 @@ class RecursiveCall:
                 shape = [sizes.get(d, d) for d in p.shape]
                 self.params.append(relax.Var(p.name, relax.TensorType(shape, p.dtype)))
 
-    def _transformed_weights(self, rs, kernel_model) -> list:
+    def _transformed_weights(self, rs, padded) -> list:
         """The kernel's weight arguments (Relax constants): the model's weights through the
         module's parameter transforms, run once on the target's device, as `compile()` runs them."""
-        model_weights = model_weight_arrays(kernel_model, self.signature)
+        model_weights = model_weight_arrays(padded, self.signature)
         if not self.signature.transform:
             return [model_weights[n] for n, _, _ in self.signature.weights]
         device = tvm.cuda(0) if self.target.kind.name == "cuda" else tvm.cpu(0)

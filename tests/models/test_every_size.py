@@ -13,7 +13,7 @@ import pytest
 import cortex_tvm as ct
 import reference as tree_ref
 from cortex_tvm.build import schedule_model
-from cortex_tvm.padding import compiled_form
+from cortex_tvm.padding import padded_model
 from cortex_tvm.data import Node
 
 from . import reference_np as ref
@@ -114,11 +114,11 @@ def test_every_gemm_is_register_tiled(name):
     from cortex_tvm.schedule import derive
     model = MODELS[name][0](37, 20)
     target = ct.make_target("llvm")
-    kernel_model = compiled_form(model, target)
-    rs, recipe = schedule_model(kernel_model, target)
+    padded = padded_model(model, target)
+    rs, recipe = schedule_model(padded, target)
     assert recipe.name == "derived"
     tiled = {s.args["block"] for s in rs.trace if s.primitive == "tile_gemm"}
-    plain = ct.RecSchedule(kernel_model.lower(specialize_leaves=False))
+    plain = ct.RecSchedule(padded.lower(specialize_leaves=False))
     plain.specialize_leaves()
     if any(s.primitive == "hoist" for s in rs.trace):
         plain.hoist()

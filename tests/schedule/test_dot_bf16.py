@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
-from cortex_tvm import dot_bf16, passes, recipes
+from cortex_tvm import dot_bf16, recipes, tir_rewrites
 from cortex_tvm.bench.cases import OPTIONS, structures
 from cortex_tvm.build import build_module
-from cortex_tvm.compiler import compiled_form
+from cortex_tvm.compiler import padded_model
 from cortex_tvm.data import postorder
 from cortex_tvm.models import reference64
 from cortex_tvm.schedule import RecSchedule, ScheduleError
@@ -54,7 +54,7 @@ def _scheduled(model, target="llvm"):
     """The model's fp32 schedule for `target`, replayed on a fresh RecSchedule."""
     tgt = make_target(target)
     compiled = model.compile(target=tgt)
-    rs = RecSchedule(compiled_form(model, tgt).lower(specialize_leaves=False))
+    rs = RecSchedule(padded_model(model, tgt).lower(specialize_leaves=False))
     for step in compiled.trace:
         getattr(rs, step["primitive"])(**step["args"])
     return rs
@@ -140,7 +140,7 @@ def test_transform_writes_the_pairs(sst):
     (_, axis, tile, groups, extent), = [p for p in rs.plan.packs if p[0] == "U"]
     transform = rs._functions()["cortex_transform_params"]
     executable = build_module(tvm.IRModule({"cortex_transform_params": transform}), make_target("llvm"))
-    U = compiled_form(model, make_target(ZEN4)).weights
+    U = padded_model(model, make_target(ZEN4)).weights
     weights = {name: np.asarray(U[name], np.float32) for name, _, _ in rs.signature.model_weights()}
     out = {}
     args = []
@@ -150,7 +150,7 @@ def test_transform_writes_the_pairs(sst):
     executable["cortex_transform_params"](*args)
     got = args[[t[0] for t in rs.signature.transform].index("U_packed")].numpy()
     assert got.dtype == np.uint32 and got.shape == (2, 32, 80)
-    inverse = passes.untile_axis(axis, tile, groups, extent)
+    inverse = tir_rewrites.untile_axis(axis, tile, groups, extent)
     a, kp, c = np.indices(got.shape)
     r_lo, k_lo = inverse(a, 2 * kp, c)
     r_hi, k_hi = inverse(a, 2 * kp + 1, c)
@@ -265,8 +265,8 @@ def test_recipes_multiply_in_bf16_only_where_the_cpu_can(sst):
                         ({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver3"}, False)):
         tgt = make_target(target)
         assert dot_bf16.has_feature(tgt) is dot
-        kernel_model = compiled_form(model, tgt)
-        base = recipes.resolve(kernel_model, tgt, None)
+        padded = padded_model(model, tgt)
+        base = recipes.resolve(padded, tgt, None)
         made = recipes.for_target(recipes.with_precision(base, "bf16"), tgt)
         assert made.bf16_dot is dot and made.precision == "bf16"
         later = recipes.with_precision(base, "bf16")           # the target not known yet
@@ -322,7 +322,7 @@ def test_errors(sst):
     with pytest.raises(ScheduleError, match="no packed weight fits"):
         rs.dot_bf16()
     # packed but not register-tiled
-    fresh = RecSchedule(compiled_form(model, make_target(ZEN4)).lower(specialize_leaves=False))
+    fresh = RecSchedule(padded_model(model, make_target(ZEN4)).lower(specialize_leaves=False))
     fresh.pack("U", tile=16, groups=5)
     with pytest.raises(ScheduleError, match="no tiled GEMM of the kernel reads 'U'"):
         fresh.dot_bf16("U")

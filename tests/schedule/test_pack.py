@@ -4,7 +4,7 @@ import pytest
 import tvm
 
 import cortex_tvm as ct
-from cortex_tvm import passes
+from cortex_tvm import tir_rewrites
 
 from .irutil import find_block, loads, param, shape, stores, trace_names
 
@@ -96,8 +96,8 @@ def test_pack_twice_says_already_packed(fresh):
 @pytest.mark.parametrize("axis, tile, groups, shape", [(0, 4, 1, (12, 5)), (1, 2, 1, (3, 8)), (0, 2, 3, (12, 4))])
 def test_untile_axis_inverts_tile_axis(axis, tile, groups, shape):
     """The transform function's pack reads W[untile(p)] for each packed index p: a bijection."""
-    forward = passes.tile_axis(axis, tile, groups, shape[axis])
-    inverse = passes.untile_axis(axis, tile, groups, shape[axis])
+    forward = tir_rewrites.tile_axis(axis, tile, groups, shape[axis])
+    inverse = tir_rewrites.untile_axis(axis, tile, groups, shape[axis])
     seen = set()
     for index in np.ndindex(*shape):
         packed = tuple(int(x) for x in forward(*index))

@@ -8,7 +8,7 @@ import pytest
 import tvm
 
 import cortex_tvm as ct
-from cortex_tvm import gpu_passes, passes
+from cortex_tvm import gpu_rewrites, tir_rewrites
 from cortex_tvm import dot_bf16 as dot_bf16_module
 from cortex_tvm import fast_math as fast_math_module
 from cortex_tvm.schedule import RecSchedule, Step, kernels, program
@@ -82,13 +82,13 @@ CASES = [
          {"weight": "W", "tile": 16.0}, "pack: argument 'tile' must be int, got float 16.0"),
     Case("store_bf16", "TreeFC", packed, (), {"weight": None},
          {"weight": 3}, "store_bf16: argument 'weight' must be str or None, got int 3",
-         (passes, "store_bf16", ValueError)),
+         (tir_rewrites, "store_bf16", ValueError)),
     Case("dot_bf16", "TreeFC", fc_tiled16, (), {"weight": None},
          {"weight": 3}, "dot_bf16: argument 'weight' must be str or None, got int 3",
          (dot_bf16_module, "pack_pairs", ValueError)),
     Case("dense_index", "TreeFC", specialized, ("child_sum",), {"tensor": "child_sum"},
          {"tensor": None}, "dense_index: argument 'tensor' must be str, got NoneType None",
-         (passes, "dense_index", ValueError)),
+         (tir_rewrites, "dense_index", ValueError)),
     Case("pad_levels", "TreeFC", specialized, (2,), {"multiple": 2},
          {"multiple": True}, "pad_levels: argument 'multiple' must be int, got bool True"),
     Case("level_tails", "TreeFC", specialized, (2,), {"multiple": 2},
@@ -132,7 +132,7 @@ CASES = [
          (kernels, "replace", ValueError)),
     Case("single_kernel", "TreeFC", all_scopes_bound, (4,), {"blocks": 4},   # GPU: one persistent kernel
          {"blocks": 4.0}, "single_kernel: argument 'blocks' must be int, got float 4.0",
-         (gpu_passes, "persistent_kernel", ValueError)),
+         (gpu_rewrites, "persistent_kernel", ValueError)),
     Case("bind_nodes", "TreeFC", specialized, ("level", 16),
          {"scope": "level", "threads": 16, "local_accumulators": True},
          {"scope": "level", "local_accumulators": 1}, "bind_nodes: argument 'local_accumulators' must be bool",

@@ -17,7 +17,7 @@ import pytest
 
 import cortex_tvm as ct
 from cortex_tvm.bench.cases import OPTIONS, structures
-from cortex_tvm.compiler import compiled_form
+from cortex_tvm.compiler import padded_model
 from cortex_tvm.models import reference64
 from cortex_tvm.schedule import RecSchedule, ScheduleError
 from cortex_tvm.target import host_llvm, make_target
@@ -71,7 +71,7 @@ def _scheduled(model):
     """The model's default schedule replayed up to (not including) its last step, and the trace."""
     compiled = model.compile()
     tgt = make_target("llvm")
-    rs = RecSchedule(compiled_form(model, tgt).lower(specialize_leaves=False))
+    rs = RecSchedule(padded_model(model, tgt).lower(specialize_leaves=False))
     for step in compiled.trace:
         getattr(rs, step["primitive"])(**step["args"])
     return rs
@@ -120,7 +120,7 @@ def test_rounding_is_nearest_ties_to_even(sst):
     assert packed.dtype == np.uint16
     decoded = (packed.astype(np.uint32) << 16).view(np.float32)
     # packing only permutes (and pads with zeros), so the multisets of values agree
-    want = bf16_round(compiled_form(model, make_target("llvm")).weights["W"])
+    want = bf16_round(padded_model(model, make_target("llvm")).weights["W"])
     np.testing.assert_array_equal(np.sort(decoded.ravel()), np.sort(want.ravel()))
     assert bf16_round(np.array(halfway, np.float32)).tolist()[:3] == [1.0, 1.0 + 2.0 ** -6, -1.0]
 
@@ -230,7 +230,7 @@ def test_a_bf16_recipe_is_not_silently_built_as_fp32(sst):
     _, V = sst
     model = ct.models.TreeFC(hidden_size=H, vocab_size=V)
     tgt = make_target("llvm")
-    bf16 = recipes.with_precision(recipes.resolve(compiled_form(model, tgt), tgt, None), "bf16")
+    bf16 = recipes.with_precision(recipes.resolve(padded_model(model, tgt), tgt, None), "bf16")
     assert recipes.with_precision(bf16, "bf16") is bf16          # applied once, not twice
     assert model.compile(schedule=bf16, precision="bf16").precision == "bf16"
     with pytest.raises(ValueError, match="made for precision 'bf16', not 'fp32'"):

@@ -153,7 +153,7 @@ def test_bf16_records_serve_bf16_builds_only(fc32, trees, tmp_path):
     log = tmp_path / "bf16.jsonl"
     space = Space(fc32, "llvm", knobs=KNOBS, precision="bf16")
     from cortex_tvm.schedule import RecSchedule
-    rs = space.recipe_for(next(space.points())).apply(RecSchedule(space.kernel_model.lower(specialize_leaves=False)))
+    rs = space.recipe_for(next(space.points())).apply(RecSchedule(space.padded_model.lower(specialize_leaves=False)))
     assert rs.trace[-1].primitive == "store_bf16" and rs.plan.bf16_weights == ("W",)
     tune.tune(fc32, trials=2, log=log, trees=trees, batch_size=10, repeats=1, max_batches=2, knobs=KNOBS,
               confirm_rounds=0, progress=None, precision="bf16")

@@ -77,7 +77,7 @@ def test_the_search_measures_and_confirms_the_default_and_the_ranked_pick(fc32):
     pick (what `compile(schedule="ranked")` builds): both are among the first trials and re-timed."""
     from cortex_tvm.tune.pretrained import choice
     space = Space(fc32)
-    pick = choice(space.recipe, space.kernel_model, space.target)
+    pick = choice(space.recipe, space.padded_model, space.target)
     assert pick is not None and space.contains(pick)
     measured = []
 

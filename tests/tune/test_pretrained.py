@@ -5,7 +5,7 @@ import pytest
 
 import cortex_tvm as ct
 from cortex_tvm import recipes
-from cortex_tvm.padding import compiled_form
+from cortex_tvm.padding import padded_model
 from cortex_tvm.tune import pretrained
 
 pytest.importorskip("xgboost")
@@ -14,9 +14,9 @@ pytest.importorskip("xgboost")
 def test_a_model_ships_and_compile_ranked_uses_its_choice(fc32):
     assert pretrained.shipped_booster() is not None
     target = ct.make_target("llvm")
-    kernel_model = compiled_form(fc32, target)
-    derived = recipes.resolve(kernel_model, target, None)
-    chosen = pretrained.choose(derived, kernel_model, target)
+    padded = padded_model(fc32, target)
+    derived = recipes.resolve(padded, target, None)
+    chosen = pretrained.choose(derived, padded, target)
     assert chosen.name == "derived"
     assert ct.tune.TuningPoint.of(**chosen.knob_values()) in pretrained.candidates(derived)
     fresh = ct.models.TreeFC(hidden_size=24, vocab_size=37, seed=11)   # sizes no other test builds
@@ -24,8 +24,8 @@ def test_a_model_ships_and_compile_ranked_uses_its_choice(fc32):
     compiled = fresh.compile(schedule="ranked")
     assert ct.compile_count() - before == 1            # one build: nothing was measured
     assert compiled.recipe_name == "derived"
-    kernel_model = compiled_form(fresh, target)
-    picked = pretrained.choose(recipes.resolve(kernel_model, target, None), kernel_model, target).knob_values()
+    padded = padded_model(fresh, target)
+    picked = pretrained.choose(recipes.resolve(padded, target, None), padded, target).knob_values()
     assert [s["args"] for s in compiled.trace if s["primitive"] == "tile_gemm"][0]["node_tile"] == picked["node_tile"]
 
 
@@ -36,7 +36,7 @@ def test_compile_without_a_log_takes_the_analytic_point_and_ranks_nothing(monkey
     model = ct.models.TreeFC(hidden_size=24, vocab_size=37, seed=12)
     compiled = model.compile()
     target = ct.make_target("llvm")
-    rule = recipes.resolve(compiled_form(model, target), target, None).knob_values()
+    rule = recipes.resolve(padded_model(model, target), target, None).knob_values()
     assert [s["args"] for s in compiled.trace if s["primitive"] == "tile_gemm"][0]["node_tile"] == rule["node_tile"]
     with pytest.raises(ValueError, match="ranks the derived CPU schedule"):
         model.compile(target="cuda", schedule="ranked")
@@ -63,7 +63,7 @@ def test_ranked_with_a_tuning_log_takes_the_logs_record_else_ranks(tmp_path, mon
 
 @pytest.mark.parametrize("name", ["SeqGRU", "DAGRNN", "ChildSumTreeLSTM"])
 def test_typical_batch_fits_every_structure(name):
-    model = compiled_form(getattr(ct.models, name)(16, 30), ct.make_target("llvm"))
+    model = padded_model(getattr(ct.models, name)(16, 30), ct.make_target("llvm"))
     batch = pretrained.typical_batch(model)
     assert len(batch) == 10 and model.linearize(batch).num_slots > 10
 
@@ -80,7 +80,7 @@ def test_tune_ranks_with_the_kernels_padded_sizes(monkeypatch, trees):
     monkeypatch.setattr(tune, "search", fake_search)
     model = ct.models.TreeFC(hidden_size=13, vocab_size=5374)
     tune.tune(model, trials=1, log=None, trees=trees, max_batches=1, progress=None)
-    kernel = compiled_form(model, ct.make_target("llvm"))
+    kernel = padded_model(model, ct.make_target("llvm"))
     assert kernel.hidden_size == 16 and seen["stats"].hidden == 16 and seen["stats"].embed == 16
     assert pretrained.typical_stats(kernel).hidden == 16
 

@@ -12,7 +12,7 @@ import pytest
 
 import cortex_tvm as ct
 from cortex_tvm import recipes
-from cortex_tvm.padding import compiled_form
+from cortex_tvm.padding import padded_model
 from cortex_tvm.tune import pretrained, train_cost_model
 from cortex_tvm.tune.program_features import FEATURES
 
@@ -68,8 +68,8 @@ def test_treelstm_h512_as_avx2_code_keeps_two_nodes_per_tile_with_no_h512_in_tra
     rows = [r for r in train_cost_model.load_runs([DATA]) if r["group"].split("/")[1] != "512"]
     booster = train_cost_model.train(rows)
     target = ct.make_target({"kind": "llvm", "mcpu": "haswell"})
-    kernel_model = compiled_form(ct.models.TreeLSTM(hidden_size=512, vocab_size=100), target)
-    chosen = pretrained.choice(recipes.resolve(kernel_model, target, None), kernel_model, target, booster)
+    padded = padded_model(ct.models.TreeLSTM(hidden_size=512, vocab_size=100), target)
+    chosen = pretrained.choice(recipes.resolve(padded, target, None), padded, target, booster)
     assert chosen.as_dict()["node_tile"] == 2
 
 

@@ -97,7 +97,7 @@ def collect(out, models, hidden, mcpus, batch_sizes=(1, 10, 64), points=8, repea
         chosen = [chosen[i] for i in rng.permutation(len(chosen))]
         for B in batch_sizes:
             batches = group_batches(name, source, B)
-            stats = WorkloadStats.of(space.kernel_model, batches)   # padded sizes, as compile() sees them
+            stats = WorkloadStats.of(space.padded_model, batches)   # padded sizes, as compile() sees them
             measurer = Measurer(model, batches, target, repeats=repeats, warmup=3)
             group = f"{name}/{model.hidden_size}/{cpu}/{B}/{trees}"   # the size that ran (MV-RNN: at most 64)
             todo = [p for p in chosen if f"{group}/{p}" not in done]
@@ -171,7 +171,7 @@ def refeature(rows, progress=sys.stderr) -> list:
         else:
             if (key, B, trees) not in stats_of:
                 stats_of[(key, B, trees)] = WorkloadStats.of(
-                    space.kernel_model, group_batches(name, source_trees(trees, vocab_size), int(B)))
+                    space.padded_model, group_batches(name, source_trees(trees, vocab_size), int(B)))
             stats = stats_of[(key, B, trees)]
         machine = Machine(**row["machine"]) if "machine" in row else Machine.of(space.target, LEGACY_CACHES)
         # rows timed before the knob existed ran padded levels; left out, the knob would take

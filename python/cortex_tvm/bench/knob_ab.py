@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import data, recipes
 from ..models import reference64
-from ..padding import compiled_form
+from ..padding import padded_model
 from ..target import host_llvm, make_target
 from ..timing import batches_of
 from .cases import MODEL_CLASSES, make_model, structures
@@ -39,8 +39,8 @@ def builds(name, hidden, knobs, target, precision="fp32"):
     trees, vocab = data.sst_sample()
     model = make_model(name, hidden, len(vocab))
     tgt = make_target(target)
-    kernel_model = compiled_form(model, tgt)
-    default = recipes.resolve(kernel_model, tgt, None)      # what compile() builds without a log
+    padded = padded_model(model, tgt)
+    default = recipes.resolve(padded, tgt, None)      # what compile() builds without a log
     for knob, _ in knobs:
         if knob not in default.knobs:
             raise SystemExit(f"knob_ab: the derived schedule has no knob {knob!r}; it has {sorted(default.knobs)}")

@@ -49,7 +49,7 @@ def run_case(name, hidden, mcpu, batch_size, budgets, out_dir, rounds=5, repeats
     structs = structures(name, trees)
     space = Space(model, target)
     points = {"default": space.default(),
-              "pick": choice(space.recipe, space.kernel_model, space.target) or space.default()}
+              "pick": choice(space.recipe, space.padded_model, space.target) or space.default()}
     case = f"{name}-{hidden}-{cpu}-{batch_size}"
     for trials in budgets:
         log = os.path.join(out_dir, f"{case}-{trials}.jsonl")

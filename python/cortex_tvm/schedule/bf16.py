@@ -9,7 +9,7 @@ import tvm_ffi
 
 from .. import dot_bf16 as _dot
 from .. import dot_bf16_kernel as _kernel
-from .. import passes
+from .. import tir_rewrites
 from ..lower import FUNC_NAME, TRANSFORM_FUNC
 from .core import REDUCE as _REDUCE
 from .core import ScheduleError, primitive
@@ -85,7 +85,7 @@ class Bf16Primitives:
             for fname, func in list(functions.items()):
                 if any(p.name == packed_name(name) for p in func.params):
                     try:
-                        functions[fname] = passes.store_bf16(func, packed_name(name))
+                        functions[fname] = tir_rewrites.store_bf16(func, packed_name(name))
                     except ValueError as err:
                         raise ScheduleError(f"store_bf16: {err}") from err
         self._replace(**functions)
@@ -252,7 +252,7 @@ class Bf16Primitives:
         kernel = _dot.widen_reads(kernel, buffer, pairs)
         _, axis, tile, groups, extent = pack
         transform = _dot.pack_pairs(self.transform_func, name, packed_name(name),
-                                    passes.untile_axis(axis, tile, groups, extent))
+                                    tir_rewrites.untile_axis(axis, tile, groups, extent))
         self._replace(**{FUNC_NAME: kernel, TRANSFORM_FUNC: transform})
 
     def _pair_loop_inside_lanes(self, update):

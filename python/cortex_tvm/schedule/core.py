@@ -27,7 +27,7 @@ import tvm_ffi
 from tvm import s_tir
 
 from .. import level_tails as _tails
-from .. import passes
+from .. import tir_rewrites
 from ..lower import FUNC_NAME, TRANSFORM_FUNC, Lowered
 from ..plan import RuntimePlan
 from ..signature import KernelSignature
@@ -256,11 +256,11 @@ class RecScheduleCore:
         (packed, tables) and the transform's inputs and outputs (see `signature.KernelSignature`)."""
         base = self.lowered.signature
         structure = {p.name for p in base.params() if p.role not in ("weight",)}
-        weights = tuple(b for b in passes.buffer_params(self.func) if b[0] not in structure)
+        weights = tuple(b for b in tir_rewrites.buffer_params(self.func) if b[0] not in structure)
         transform = ()
         if self.transform_func is not None:
-            written = passes.written_params(self.transform_func)
-            transform = tuple((*b, b[0] in written) for b in passes.buffer_params(self.transform_func))
+            written = tir_rewrites.written_params(self.transform_func)
+            transform = tuple((*b, b[0] in written) for b in tir_rewrites.buffer_params(self.transform_func))
         return replace(base, weights=weights, transform=transform)
 
     def script(self) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from .. import gpu_passes, passes
+from .. import gpu_rewrites, tir_rewrites
 from .core import REDUCE as _REDUCE
 from .core import SPATIAL as _SPATIAL
 from .core import ScheduleError, primitive
@@ -60,14 +60,14 @@ class GpuPrimitives:
         """dense_index every scratchpad allocated in the scope that is still indexed by node id."""
         if scope == "roots":
             return
-        max_level_size = passes.param(self.func, "max_level_size")
-        num_slots = passes.param(self.func, self.lowered.params[0]).shape[0]
+        max_level_size = tir_rewrites.param(self.func, "max_level_size")
+        num_slots = tir_rewrites.param(self.func, self.lowered.params[0]).shape[0]
         scope_block = self.sch.get(self._block(scope))
         for buf in scope_block.alloc_buffers:
             first = buf.shape[0]
             if isinstance(first, tvm.ir.Var) and first.same_as(num_slots):
                 try:
-                    self._rewrite(lambda f, n=buf.name: passes.dense_index(f, n, max_level_size, MIN_DENSE_ROWS))
+                    self._rewrite(lambda f, n=buf.name: tir_rewrites.dense_index(f, n, max_level_size, MIN_DENSE_ROWS))
                 except ValueError as err:
                     raise ScheduleError(f"bind_nodes: scratchpad {buf.name!r}: {err}") from err
 
@@ -153,8 +153,8 @@ class GpuPrimitives:
                                 "tables only after hoist)")
         self._densify(scope)
         if scope not in ("roots", "tables"):        # the tables' node loop is the vocabulary: a constant
-            bound = passes.param(self.func, "max_level_size")
-            new, count = gpu_passes.bound_node_loops(self.func, scope, bound)
+            bound = tir_rewrites.param(self.func, "max_level_size")
+            new, count = gpu_rewrites.bound_node_loops(self.func, scope, bound)
             if not count:
                 raise ScheduleError(f"bind_nodes: no data-dependent node loop in {scope!r} "
                                     "(was it transformed already?)")
@@ -246,7 +246,7 @@ class GpuPrimitives:
         """
         if not 1 <= threads <= 1024:
             raise ScheduleError(f"bind_packs: threads must be an int in [1, 1024], got {threads!r}")
-        names = [passes.pack_block(name) for name, *_ in self.plan.packs]
+        names = [tir_rewrites.pack_block(name) for name, *_ in self.plan.packs]
         if not names:
             raise ScheduleError("bind_packs: no weight is packed")
         for name in names:
@@ -323,6 +323,6 @@ class GpuPrimitives:
         if self.persistent_blocks is not None:
             raise ScheduleError("single_kernel: already a persistent kernel")
         self.finalize()
-        self._replace(**{self.func_name: gpu_passes.persistent_kernel(self.func, blocks)})
+        self._replace(**{self.func_name: gpu_rewrites.persistent_kernel(self.func, blocks)})
         self.persistent_blocks = blocks
         return self

@@ -9,7 +9,7 @@ import tvm_ffi
 from tvm import tirx
 
 from .. import level_tails as _tails
-from .. import passes
+from .. import tir_rewrites
 from .core import ScheduleError, primitive
 from .state import State
 
@@ -245,7 +245,7 @@ def persistent_region(func):
     new_level = _with_block(level, body=tirx.SeqStmt(new_stages) if len(new_stages) > 1 else new_stages[0],
                             alloc_buffers=[b for b in level.alloc_buffers if not any(b.same_as(x) for x in shared)],
                             # written by the level: TVM then allocates them above the level loop
-                            writes=list(level.writes) + [passes.whole_region(b) for b in shared])
+                            writes=list(level.writes) + [tir_rewrites.whole_region(b) for b in shared])
 
     def on_block(b):
         return new_level if b.same_as(level) else b

@@ -7,7 +7,7 @@ import tvm_ffi
 
 from .. import fast_math as _fast_math
 from .. import level_tails as _tails
-from .. import passes
+from .. import tir_rewrites
 from ..lower import FUNC_NAME, TRANSFORM_FUNC
 from .core import ScheduleError, primitive
 
@@ -91,14 +91,14 @@ class LayoutPrimitives:
         if tile < 1 or shape[axis] % (tile * groups):
             raise ScheduleError(f"pack: tile {tile!r} x groups {groups} does not divide "
                                 f"{weight!r}.shape[{axis}] = {shape[axis]}")
-        index_fn = passes.tile_axis(axis, tile, groups, shape[axis])
-        inverse_fn = passes.untile_axis(axis, tile, groups, shape[axis])
+        index_fn = tir_rewrites.tile_axis(axis, tile, groups, shape[axis])
+        inverse_fn = tir_rewrites.untile_axis(axis, tile, groups, shape[axis])
         packed = packed_name(weight)
         try:
-            functions = {TRANSFORM_FUNC: passes.add_pack(self.transform_func, spec, packed, index_fn, inverse_fn,
+            functions = {TRANSFORM_FUNC: tir_rewrites.add_pack(self.transform_func, spec, packed, index_fn, inverse_fn,
                                                          TRANSFORM_FUNC)}
             if in_kernel:
-                functions[FUNC_NAME] = passes.pack_buffer(self.func, weight, index_fn, packed)
+                functions[FUNC_NAME] = tir_rewrites.pack_buffer(self.func, weight, index_fn, packed)
         except ValueError as err:
             raise ScheduleError(f"pack: {err}") from err
         self._replace(**functions)
@@ -136,11 +136,11 @@ class LayoutPrimitives:
             gates = T.sblock_alloc_buffer((T.max(max_level_size, 64), 1280))
             gates[j, r] = gates_sum[level_offsets[l] + j, r] + bU[r]
         """
-        if passes.find_alloc(self.func, tensor) is None:
+        if tir_rewrites.find_alloc(self.func, tensor) is None:
             raise ScheduleError(f"dense_index: no scratchpad named {tensor!r}; scratchpads are "
                                 f"{self.scratchpads()}")
-        max_level_size = passes.param(self.func, "max_level_size")
-        self._rewrite(lambda f: passes.dense_index(f, tensor, max_level_size, MIN_DENSE_ROWS))
+        max_level_size = tir_rewrites.param(self.func, "max_level_size")
+        self._rewrite(lambda f: tir_rewrites.dense_index(f, tensor, max_level_size, MIN_DENSE_ROWS))
         return self
 
     def scratchpads(self) -> list:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import level_tails as _tails
-from .. import passes
+from .. import tir_rewrites
 from .core import ScheduleError, primitive
 from .layout import MIN_DENSE_ROWS
 from .state import State
@@ -49,7 +49,7 @@ class LevelPrimitives:
             for j, r in T.grid((level_offsets[l + 1] - level_offsets[l]) // 3 * 3, 1280): ...
         """
         self._check_level_multiple("pad_levels", multiple)
-        self._rewrite(lambda f: passes.pad_level_extents(f, multiple))
+        self._rewrite(lambda f: tir_rewrites.pad_level_extents(f, multiple))
         self.plan = replace(self.plan, node_tile=multiple)
         return self
 
@@ -93,6 +93,6 @@ class LevelPrimitives:
         """
         self._check_level_multiple("level_tails", multiple)
         if multiple > 1:
-            self._rewrite(lambda f: _tails.split(passes.pad_level_extents(f, multiple), multiple))
+            self._rewrite(lambda f: _tails.split(tir_rewrites.pad_level_extents(f, multiple), multiple))
         self.tail_tile = multiple
         return self

@@ -69,7 +69,7 @@ def tune(model, trials: int = 32, log="tuning.jsonl", trees=None, batch_size: in
     workload = Workload.of(model, tgt, batch_size, precision)
     config = SearchConfig(trials=trials, seconds=seconds, seed=seed, confirm_rounds=confirm_rounds)
     # the kernel's sizes (padded to the vector width), as compile() and the cost data see them
-    stats = WorkloadStats.of(space.kernel_model, batches)
+    stats = WorkloadStats.of(space.padded_model, batches)
     best = search(space, measurer, Database(log), workload, stats, config, progress)
     if progress is not None and best is not None:
         print(f"tune: trials written to {log}", file=progress)

@@ -70,12 +70,12 @@ def featurizer_for(space, stats):
     return SpaceFeaturizer(space, stats)
 
 
-def typical_batch(kernel_model, batch_size: int = 10) -> list:
+def typical_batch(padded_model, batch_size: int = 10) -> list:
     """A typical batch of the structure the model reads, built from the bundled SST sentences
     (words folded into its vocabulary): trees, sequences (one child) or grid DAGs."""
     trees, _ = data.sst_sample()
-    vocab = getattr(kernel_model, "vocab_bound", None) or 1
-    spec = kernel_model.program.spec
+    vocab = getattr(padded_model, "vocab_bound", None) or 1
+    spec = padded_model.program.spec
     if spec.kind == "dag":
         return [data.grid_dag(4, 4, seed=i, vocab_size=vocab) for i in range(batch_size)]
     folded = [data.fold_words(t, vocab) for t in trees[:batch_size]]
@@ -84,10 +84,10 @@ def typical_batch(kernel_model, batch_size: int = 10) -> list:
     return folded
 
 
-def typical_stats(kernel_model, batch_size: int = 10) -> WorkloadStats:
+def typical_stats(padded_model, batch_size: int = 10) -> WorkloadStats:
     """Shape statistics of a typical batch: the prior the ranking uses when it has not
     seen the user's structures."""
-    return WorkloadStats.of(kernel_model, [typical_batch(kernel_model, batch_size)])
+    return WorkloadStats.of(padded_model, [typical_batch(padded_model, batch_size)])
 
 
 def candidates(recipe) -> list:
@@ -102,7 +102,7 @@ def candidates(recipe) -> list:
 _choices: dict = {}
 
 
-def choice(recipe, kernel_model, target, booster=None, facts=None):
+def choice(recipe, padded_model, target, booster=None, facts=None):
     """The candidate point the shipped model (or `booster`) ranks first (no measurement), or
     None when no model is shipped, the recipe is not the derived one, or the bundled sentences cannot
     spell the model's structures.  Each candidate's schedule is applied (0.1-0.3 s, no build)
@@ -110,21 +110,21 @@ def choice(recipe, kernel_model, target, booster=None, facts=None):
     GEMMs, else found here)."""
     if recipe.name != "derived":
         return None
-    lowered = kernel_model.lower(specialize_leaves=False)
+    lowered = padded_model.lower(specialize_leaves=False)
     if booster is not None:              # a caller's own model: ranked afresh, not remembered
-        return _rank(recipe, kernel_model, lowered, target, booster, facts)
+        return _rank(recipe, padded_model, lowered, target, booster, facts)
     if shipped_booster() is None:
         return None
     key = (tvm_ffi.structural_hash(lowered.mod), str(target), repr(sorted(recipe.knobs.items())))
     if key not in _choices:
-        _choices[key] = _rank(recipe, kernel_model, lowered, target, shipped_booster(), facts)
+        _choices[key] = _rank(recipe, padded_model, lowered, target, shipped_booster(), facts)
     return _choices[key]
 
 
-def _rank(recipe, kernel_model, lowered, target, booster, facts=None):
+def _rank(recipe, padded_model, lowered, target, booster, facts=None):
     import xgboost as xgb
     try:
-        stats = typical_stats(kernel_model)
+        stats = typical_stats(padded_model)
     except ValueError:       # a model whose structures the bundled sentences cannot spell
         return None
     info = cpu_info(target) if facts is None else facts.info
@@ -151,10 +151,10 @@ def _rank(recipe, kernel_model, lowered, target, booster, facts=None):
     return points[best] if scores[best] - scores[0] > MARGIN else points[0]
 
 
-def choose(recipe, kernel_model, target, facts=None):
+def choose(recipe, padded_model, target, facts=None):
     """The derived recipe with the knobs the shipped model ranks first (no measurement);
     the recipe unchanged when there is no choice to make (see `choice`; facts: as its)."""
-    best = choice(recipe, kernel_model, target, facts=facts)
+    best = choice(recipe, padded_model, target, facts=facts)
     return recipe if best is None else recipe.with_knobs(**best.as_dict())
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import tvm_ffi
 from tvm import tirx
 
-from .. import passes
+from .. import tir_rewrites
 from ..level_tails import SEPARATE_TILES
 from ..schedule.derive import STACK_BYTES
 from ..target import Machine
@@ -44,7 +44,7 @@ def _node_tile(func) -> int:
     found = []
 
     def on_div(e):
-        if passes.is_level_size(e.a) and isinstance(e.b, tirx.IntImm):
+        if tir_rewrites.is_level_size(e.a) and isinstance(e.b, tirx.IntImm):
             found.append(int(e.b.value))
     tvm_ffi.structural_walk(func.body, (tirx.FloorDiv, on_div))
     return max(found) if found else 1

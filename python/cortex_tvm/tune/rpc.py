@@ -25,7 +25,7 @@ import tvm
 
 from .. import build
 from ..kernel_args import kernel_weights, model_weight_arrays
-from ..padding import compiled_form
+from ..padding import padded_model
 from ..plan import kernel_names
 from ..target import make_target
 from ..timing import best_of
@@ -66,8 +66,8 @@ class RPCMeasurer(Measurer):
             if space.check(point) is not None:
                 return invalid(space, point)
             target = make_target(self.target)
-            kernel_model = compiled_form(self.model, target)      # sizes padded as compile() does
-            rs, recipe = build.schedule_model(kernel_model, target, space.recipe_for(point))
+            padded = padded_model(self.model, target)      # sizes padded as compile() does
+            rs, recipe = build.schedule_model(padded, target, space.recipe_for(point))
             if rs.plan.per_level:
                 return MeasureResult(error="invalid: remote measurement times one kernel call "
                                            "(per_level_kernels is not supported)")
@@ -85,11 +85,11 @@ class RPCMeasurer(Measurer):
                 return tvm.runtime.tensor(np.ascontiguousarray(a), device)
             signature = rs.signature
             # the parameter transforms run on the remote device, as a load there would run them
-            weights = kernel_weights(module, signature, model_weight_arrays(kernel_model, signature), put)
+            weights = kernel_weights(module, signature, model_weight_arrays(padded, signature), put)
             states = signature.states
 
             def lay_out(b):
-                return signature.layout(b, rs.plan.node_tile, rs.plan.dynamic_batching, kernel_model.vocab_bound,
+                return signature.layout(b, rs.plan.node_tile, rs.plan.dynamic_batching, padded.vocab_bound,
                                         rs.plan.unroll)      # recursive unrolling lays out its own levels
             name = kernel_names(rs.plan)[0]
             times = []

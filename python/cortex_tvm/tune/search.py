@@ -131,7 +131,7 @@ def summary(database, workload, best, default) -> str:
 def _baselines(space, derived: bool) -> list:
     """The space's default point and, for the derived schedule, the shipped model's pick."""
     out = [space.default()]
-    pick = choice(space.recipe, space.kernel_model, space.target) if derived else None
+    pick = choice(space.recipe, space.padded_model, space.target) if derived else None
     if pick is not None and pick not in out and space.contains(pick):
         out.append(pick)
     return out

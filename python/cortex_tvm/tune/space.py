@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,9 +71,9 @@ class Space:
         self.precision = _recipes.check_precision(precision, self.target)
         facts = program_facts(model, self.target) if facts is None else facts
         #: the model as the kernel computes it (sizes padded to the vector width): what recipes apply to
-        self.kernel_model = facts.kernel_model
+        self.padded_model = facts.padded_model
         # (the derived recipe's schedules take the GEMMs from the facts instead of analysing each program)
-        self.recipe = _recipes.resolve(self.kernel_model, self.target, recipe, facts)
+        self.recipe = _recipes.resolve(self.padded_model, self.target, recipe, facts)
         if not self.recipe.knobs:
             raise ValueError(f"recipe {self.recipe.name!r} has no knobs to tune")
         unknown = set(knobs or {}) - set(self.recipe.knobs)
@@ -81,6 +82,12 @@ class Space:
         self.knobs = {k: list((knobs or {}).get(k, v)) for k, v in self.recipe.knobs.items()}
         self._checked: dict = {}      # point -> None (valid) or the ScheduleError text
         self._scheduled: dict = {}    # point -> its finalized RecSchedule, or the ScheduleError
+
+    @property
+    def kernel_model(self):
+        """Deprecated: the old name of `padded_model`."""
+        warnings.warn("Space.kernel_model is deprecated; use Space.padded_model", DeprecationWarning, stacklevel=2)
+        return self.padded_model
 
     @property
     def fingerprint(self) -> str:
@@ -112,7 +119,7 @@ class Space:
         """None if the point's recipe applies to the model, else the ScheduleError's text."""
         if point not in self._checked:
             try:
-                self.recipe_for(point).apply(RecSchedule(self.kernel_model.lower(specialize_leaves=False)))
+                self.recipe_for(point).apply(RecSchedule(self.padded_model.lower(specialize_leaves=False)))
                 self._checked[point] = None
             except ScheduleError as err:
                 self._checked[point] = str(err)
@@ -124,7 +131,7 @@ class Space:
         ScheduleError when it does not apply."""
         if point not in self._scheduled:
             try:
-                rs = self.recipe_for(point).apply(RecSchedule(self.kernel_model.lower(specialize_leaves=False)))
+                rs = self.recipe_for(point).apply(RecSchedule(self.padded_model.lower(specialize_leaves=False)))
                 rs.finalize()
                 self._scheduled[point] = rs
             except ScheduleError as err:
@@ -145,7 +152,7 @@ class Space:
 
     def default(self) -> TuningPoint:
         """The point the recipe itself picks (first candidates that fit)."""
-        fitted = self.recipe.fitted(lambda: RecSchedule(self.kernel_model.lower(specialize_leaves=False)))
+        fitted = self.recipe.fitted(lambda: RecSchedule(self.padded_model.lower(specialize_leaves=False)))
         return TuningPoint.of(**{k: v for k, v in fitted.knob_values().items() if k in self.knobs})
 
     def random(self, rng: np.random.Generator) -> TuningPoint:

@@ -1,6 +1,7 @@
 """TIR rewrites for a GPU grid (called by `schedule/gpu.py`): node loops with a host-known
 extent, and one persistent kernel whose blocks stride over the nodes with a grid-wide barrier
-between stages.  Each returns a new PrimFunc."""
+between stages.  Each returns a new PrimFunc: plain functions, not `tvm.transform` passes
+(this module was `gpu_passes.py`)."""
 from __future__ import annotations
 
 import tvm

@@ -1,9 +1,10 @@
 """TIR rewrites used by the schedule primitives (each returns a new PrimFunc).
 
-TVM's s_tir primitives cannot express these on our programs:
+Plain functions from PrimFunc to PrimFunc, not `tvm.transform` passes (this module was
+`passes.py`).  TVM's s_tir primitives cannot express these on our programs:
 `transform_layout` refuses parameter buffers read inside a nested scope
 block, and nothing rewrites a data-dependent loop extent.  The rewrites for a GPU grid
-are in `gpu_passes.py`.
+are in `gpu_rewrites.py`.
 """
 from __future__ import annotations
 
