@@ -62,8 +62,8 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     Parameters, in order: ("level_offsets",), ("leaf_sources",) (the leaves that repeat an
     earlier leaf's word, `distinct_leaves`: the passes compute level 0 but those, which copy
     their word's first leaf's states in "forward" and add their adjoints into its own before
-    the leaves' backward; a GPU build runs every leaf and takes none), ("placeholder", key) for each int input and weight
-    the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), ("d_features",
+    the leaves' backward; a GPU build runs every leaf and takes none), ("placeholder", key) for
+    each int input and weight the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), ("d_features",
     input) for each per-node feature input (`ra.node_features`, read as a ("placeholder", input)
     of (N, F) rows: its adjoint, a row per slot, zeros from the caller, each node adding into its
     own), per stage

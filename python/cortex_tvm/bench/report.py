@@ -113,8 +113,8 @@ def print_tables(rows, cases, systems, sgemm_gflops, args, peak=None):
         what = (f"training step (forward + backward), {case['flops'] / 1e6:.1f} MFLOP forward per batch"
                 if train else f"{case['flops'] / 1e6:.1f} MFLOP per batch")
         width = f" x={case['embed']}" if case.get("embed") not in (None, hidden_for(key[0], key[1])) else ""
-        print(f"\n{MODEL_CLASSES[key[0]]} H={hidden_for(key[0], key[1])}{width} batch={key[2]}: {case['nodes']:.0f} nodes, "
-              + what)
+        print(f"\n{MODEL_CLASSES[key[0]]} H={hidden_for(key[0], key[1])}{width} batch={key[2]}: "
+              f"{case['nodes']:.0f} nodes, " + what)
         bf16 = "cortex_tvm-bf16" in systems
         print(f"  {'system':17s} {'ms/step' if train else 'ms':>9s} {'ratio':>7s}" + (f" {'vs bf16':>7s}" if bf16 else "")
               + f" {'GFLOP/s':>8s}" + (f" {'trees/s':>8s}" if train else "") + f" {'max|err|':>10s}"
