@@ -63,10 +63,10 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     earlier leaf's word, `distinct_leaves`: the passes compute level 0 but those, which copy
     their word's first leaf's states in "forward" and add their adjoints into its own before
     the leaves' backward; a GPU build runs every leaf and takes none), ("placeholder", key) for
-    each int input and weight the stages read, ("state", s) then ("d_state", s) for each state (N, *shape), ("d_features",
-    input) for each per-node feature input (`ra.node_features`, read as a ("placeholder", input)
-    of (N, F) rows: its adjoint, a row per slot, zeros from the caller, each node adding into its
-    own), per stage
+    each int input and weight the stages read, ("state", s) then ("d_state", s) for each state
+    (N, *shape), ("d_features", input) for each per-node feature input (`ra.node_features`, read
+    as a ("placeholder", input) of (N, F) rows: its adjoint, a row per slot, zeros from the
+    caller, each node adding into its own), per stage
     ("transposed", weight) for each weight its recomputation reads transposed and ("value" |
     "adj", stage, key, row shape) for each block (the stage's rows),
     ("weight_read", stage, key, ordinal, shape, weight, index arrays) for each node-independent

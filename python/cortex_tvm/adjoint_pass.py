@@ -103,8 +103,9 @@ class LevelPass:
         `gradient(weight)` (the gradient of a weight read through the node's input, zeros from
         the caller: an embedding's rows, by word) and into `d_features` (the per-node features'
         adjoint, (num_slots, F) zeros from the caller, for a program that reads them);
-        "backward": the same on the values a "forward" call left in `whole`; "forward": every block's value, level by level from the
-        leaves, and each node's rows of `states` (zeros), d_states and gradient unused.
+        "backward": the same on the values a "forward" call left in `whole`; "forward": every
+        block's value, level by level from the leaves, and each node's rows of `states` (zeros),
+        d_states and gradient unused.
         Returns the weight reads summed here, [(weight, index arrays, the sums over the read's
         axes, a key for `adjoint_numpy.scatter_invariant`'s layout memo)] (empty for "forward")."""
         args, reads, unread = [], [], set()

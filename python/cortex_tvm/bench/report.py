@@ -116,8 +116,9 @@ def print_tables(rows, cases, systems, sgemm_gflops, args, peak=None):
         print(f"\n{MODEL_CLASSES[key[0]]} H={hidden_for(key[0], key[1])}{width} batch={key[2]}: "
               f"{case['nodes']:.0f} nodes, " + what)
         bf16 = "cortex_tvm-bf16" in systems
-        print(f"  {'system':17s} {'ms/step' if train else 'ms':>9s} {'ratio':>7s}" + (f" {'vs bf16':>7s}" if bf16 else "")
-              + f" {'GFLOP/s':>8s}" + (f" {'trees/s':>8s}" if train else "") + f" {'max|err|':>10s}"
+        print(f"  {'system':17s} {'ms/step' if train else 'ms':>9s} {'ratio':>7s}"
+              + (f" {'vs bf16':>7s}" if bf16 else "") + f" {'GFLOP/s':>8s}"
+              + (f" {'trees/s':>8s}" if train else "") + f" {'max|err|':>10s}"
               + (f" {'d' + GRAD_WEIGHT.get(key[0], '?') + ' rel err':>12s}" if train else ""))
         for row in rows:
             if (row["model"], row["hidden"], row["batch"]) != key:
