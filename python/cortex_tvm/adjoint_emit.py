@@ -29,7 +29,7 @@ from . import ra
 from .adjoint_nest import POSITION, ROW, emit_nest
 from .adjoint_runs import runs
 from .stage_numpy import sblocks
-from .tir_builder import as_list, uses, vector_loop
+from .tir_builder import as_list, row_elements, uses
 
 
 class Unsupported(Exception):
@@ -245,13 +245,7 @@ class StageEmitter:
         if not shape:
             body([])
         elif vector:
-            def rows(ix):
-                vector_loop(shape[-1], self.lanes, lambda k: body(ix + [k]))
-            if len(shape) == 1:
-                rows([])
-            else:
-                with Tb.grid(*shape[:-1]) as ix:
-                    rows(as_list(ix))
+            row_elements(shape, self.lanes, body)
         else:
             with Tb.grid(*shape) as ix:
                 body(as_list(ix))
@@ -300,41 +294,32 @@ class StageEmitter:
         key, state = self._tensor_key(load.source), self._state(load.source)
         gathered = self._gathered_index(load)
 
-        def add_to_row(buf):
-            """adds into the node's row of `buf`, at the read's other indices"""
+        def add_to(buf, row=True):
+            """adds into `buf` where the read reads, in the node's row of `buf` if `row`"""
             def add(rewrite, value):
-                idx = [rewrite(ROW)] + [rewrite(i) for i in load.indices[1:]]
+                idx = ([rewrite(ROW)] if row else [rewrite(load.indices[0])]) + [rewrite(i) for i in load.indices[1:]]
                 Tb.buffer_store(buf, buf[idx] + value, idx)
             return add
         if gathered is not None:                  # the node's row of the weight's adjoint rows
-            self._nest(block, load.indices, coeff, bufs, run, add_to_row(bufs["gathered"][gathered]))
+            self._nest(block, load.indices, coeff, bufs, run, add_to(bufs["gathered"][gathered]))
             return
         features = self._features(load.source)
         if features is not None:                  # the node's own row of the features' adjoint
             if not uses(load.indices[0], block.position):
                 raise Unsupported(f"block {block.name!r} reads the features {features.name} without its node")
-
-            def add_features(rewrite, value):
-                buf = bufs["d_features"][features]
-                idx = [rewrite(i) for i in load.indices]
-                Tb.buffer_store(buf, buf[idx] + value, idx)
-            self._nest(block, load.indices, coeff, bufs, run, add_features)
+            self._nest(block, load.indices, coeff, bufs, run, add_to(bufs["d_features"][features], row=False))
             return
         if key is not None:
             if not (load.indices and load.indices[0].same_as(block.position)):
                 raise Unsupported(f"block {block.name!r} reads the stage tensor {load.source.name} at another node")
-            self._nest(block, load.indices, coeff, bufs, run, add_to_row(bufs["adj"][key]))
+            self._nest(block, load.indices, coeff, bufs, run, add_to(bufs["adj"][key]))
             return
         if not any(uses(i, block.position) for i in load.indices):
             raise Unsupported(f"block {block.name!r} reads the state {load.source.name} without its node")
-
-        def add_state(rewrite, value):
-            buf = bufs["d_state"][state]
-            idx = [rewrite(i) for i in load.indices]
-            Tb.buffer_store(buf, buf[idx] + value, idx)
         # every missing child reads the null node: its adjoint is never read, and skipping it
         # keeps the parallel nodes from writing one row
-        self._nest(block, load.indices, coeff, bufs, run, add_state, skip_null=load.indices[0])
+        self._nest(block, load.indices, coeff, bufs, run, add_to(bufs["d_state"][state], row=False),
+                   skip_null=load.indices[0])
 
     def _emit_value(self, block, bufs, run):
         """The block's value for the run's nodes, into its value array (the recomputation)."""

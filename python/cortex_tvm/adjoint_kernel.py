@@ -38,7 +38,7 @@ from . import adjoint_gpu, fast_math, ra
 from .adjoint_emit import StageEmitter
 from .adjoint_gpu import GpuStageEmitter
 from .adjoint_weights import emit_weight_read, index_arrays, weight_blocks
-from .tir_builder import as_list, uses, vector_loop
+from .tir_builder import row_elements, uses
 
 #: the compiled functions: every level in parallel over its nodes, or serially (shared nodes)
 PARALLEL, SERIAL = "cortex_adjoint_levels", "cortex_adjoint_levels_serial"
@@ -265,34 +265,18 @@ def _emit_repeated_leaves(arrays: dict, sources, first_repeat, count, lanes, cop
     with (Tb.parallel if copy else Tb.serial)(0, count) as j:
         source = Tb.bind(sources[j])
         for rows in arrays.values():
-            shape = [int(d) for d in rows.shape[1:]]
-
-            def row(ix, rows=rows, shape=shape):
+            def element(ix, rows=rows):
                 repeat, first = [first_repeat + j] + ix, [source] + ix
-                vector_loop(shape[-1], lanes, lambda k: Tb.buffer_store(
-                    rows, rows[first + [k]] if copy else rows[first + [k]] + rows[repeat + [k]],
-                    (repeat if copy else first) + [k]))
-            if len(shape) == 1:
-                row([])
-            else:
-                with Tb.grid(*shape[:-1]) as ix:
-                    row(as_list(ix))
+                Tb.buffer_store(rows, rows[first] if copy else rows[first] + rows[repeat], repeat if copy else first)
+            row_elements([int(d) for d in rows.shape[1:]], lanes, element)
 
 
 def _emit_add_rows(grad, rows, by, offset, count, lanes):
     """grad[by[offset + n], ...] += rows[n, ...] for n in range(count), in order."""
-    shape = [int(d) for d in grad.shape[1:]]
     with Tb.serial(0, count) as n:
         at = Tb.bind(by[offset + n])
-
-        def add(ix):
-            vector_loop(shape[-1], lanes, lambda k: Tb.buffer_store(
-                grad, grad[[at] + ix + [k]] + rows[[n] + ix + [k]], [at] + ix + [k]))
-        if len(shape) == 1:
-            add([])
-        else:
-            with Tb.grid(*shape[:-1]) as ix:
-                add(as_list(ix))
+        row_elements([int(d) for d in grad.shape[1:]], lanes,
+                      lambda ix: Tb.buffer_store(grad, grad[[at] + ix] + rows[[n] + ix], [at] + ix))
 
 
 def transient_blocks(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: int, cores: int) -> dict:

@@ -31,6 +31,18 @@ def vector_loop(extent, lanes, body):
     column_chunks(extent, lanes, chunk)
 
 
+def row_elements(shape, lanes, body):
+    """body(index list) for every element of `shape` (one array row), its last axis in
+    `vector_loop`s of `lanes`, the others in a grid."""
+    def rows(ix):
+        vector_loop(shape[-1], lanes, lambda k: body(ix + [k]))
+    if len(shape) == 1:
+        rows([])
+    else:
+        with Tb.grid(*shape[:-1]) as ix:
+            rows(as_list(ix))
+
+
 def axes_grid(axes, body):
     """body({var: loop var}) inside one loop per (var, extent) of `axes`; body({}) for none."""
     if not axes:

@@ -46,14 +46,11 @@ def make_model(name: str, hidden: int, vocab_size: int, features: int | None = N
     embed=X: word vectors of width X (`EMBED_MODELS`; default H)."""
     if embed is not None and (features is not None or name not in EMBED_MODELS):
         raise ValueError(f"bench model {name!r}: embed={embed} is for {', '.join(EMBED_MODELS)} fed word ids")
-    if embed is not None:
-        return models.BY_NAME[name](hidden_size=hidden_for(name, hidden), vocab_size=vocab_size, embed_size=embed,
-                                    **OPTIONS.get(name, {}))
     if features is not None:
-        return models.BY_NAME[name](hidden_size=hidden_for(name, hidden), inputs="features", embed_size=features,
-                                    **OPTIONS.get(name, {}))
-    return models.BY_NAME[name](hidden_size=hidden_for(name, hidden), vocab_size=vocab_size,
-                                **OPTIONS.get(name, {}))
+        inputs = {"inputs": "features", "embed_size": features}
+    else:
+        inputs = {"vocab_size": vocab_size, **({} if embed is None else {"embed_size": embed})}
+    return models.BY_NAME[name](hidden_size=hidden_for(name, hidden), **inputs, **OPTIONS.get(name, {}))
 
 
 def feature_rows(groups, size: int) -> list:
