@@ -266,3 +266,29 @@ def test_outputs_are_contiguous_int32():
                      "node_slots", "tree_sizes"):
             array = getattr(lin, name)
             assert array.dtype == np.int32 and array.flags["C_CONTIGUOUS"], name
+
+
+def test_parent_slots_invert_the_trees_own_edges():
+    """Each node's parent slot, checked against the Node objects (postorder: node_slots' order)."""
+    trees = sst_sample()[0][:12]
+    lin = linearize(trees, max_children=2, pad=3)
+    parents = lin.parent_slots()
+    slot_of = {}
+    for node, slot in zip([n for tree in trees for n in postorder(tree)], lin.node_slots):
+        slot_of[id(node)] = int(slot)
+    expected = np.full(lin.num_slots, NULL_SLOT, np.int32)
+    for tree in trees:
+        for node in postorder(tree):
+            for child in node.children or ():
+                expected[slot_of[id(child)]] = slot_of[id(node)]
+    assert parents.dtype == np.int32 and parents.shape == (lin.num_slots,)
+    np.testing.assert_array_equal(parents, expected)
+    assert (parents[lin.roots] == NULL_SLOT).all()
+
+
+def test_parent_slots_refuse_a_node_with_two_parents():
+    shared = Node(word=1)
+    dag = Node(children=[shared, shared])
+    lin = linearize([dag], max_children=2, allow_shared=True)
+    with pytest.raises(ValueError, match="2 parents"):
+        lin.parent_slots()

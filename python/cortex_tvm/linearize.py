@@ -76,6 +76,24 @@ class Linearized:
     def max_level_size(self) -> int:
         return int(self.level_sizes.max())
 
+    def parent_slots(self) -> np.ndarray:
+        """(num_slots,) int32: each slot's parent slot, NULL_SLOT at a root, the null slot and
+        padding: the other direction of `children`, for a pass that goes from the roots down
+        and gathers from a node's parent rather than scattering into its children.  In a DAG
+        layout (`allow_shared=True`) a node can have several parents: a ValueError names one.
+
+        For ``(1 2)`` with leaves at slots 1 and 2 and the root at 3: ``[0, 3, 3, 0]``."""
+        parents = np.full(self.num_slots, NULL_SLOT, np.int32)
+        rows, _ = np.nonzero(self.children != NULL_SLOT)
+        kids = self.children[self.children != NULL_SLOT]
+        slots, first, counts = np.unique(kids, return_index=True, return_counts=True)
+        if (counts > 1).any():
+            shared = int(slots[counts > 1][0])
+            raise ValueError(f"slot {shared} has {int(counts[counts > 1][0])} parents (a DAG layout): "
+                             "parent_slots gives one parent per slot")
+        parents[slots] = rows[first]
+        return parents
+
 
 # ----------------------------------------------------------------------------
 # (b) a batch of flat trees -> Linearized
