@@ -12,12 +12,12 @@ setup(
     long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    package_dir={"": "python", "cortex_tvm.schedules": "schedules", "cortex_tvm.tuning_logs": "tuning"},
-    packages=find_packages("python") + ["cortex_tvm.schedules", "cortex_tvm.tuning_logs"],
+    package_dir={"": "python", "cortex_tvm.schedules": "schedules", "cortex_tvm.tuning_data": "tuning"},
+    packages=find_packages("python") + ["cortex_tvm.schedules", "cortex_tvm.tuning_data"],
     package_data={
         "cortex_tvm.data": ["sst_dev.txt", "ud_sample.conllu"],
         "cortex_tvm.schedules": ["*.json"],
-        "cortex_tvm.tuning_logs": ["*.jsonl", "*.json"],
+        "cortex_tvm.tuning_data": ["*.jsonl", "*.json"],
     },
     install_requires=[
         "apache-tvm==0.27.0.post1",

@@ -35,7 +35,7 @@ print(f"TreeLSTM H={H}, {len(batches)} batches of 10 SST trees")""")
 md("""## 1. The primitives one by one
 
 The default schedule is derived from the program and this CPU
-(`cortex_tvm/schedule/derive.py`); its trace is a list of named primitives,
+(`cortex_tvm/policy/derive.py`); its trace is a list of named primitives,
 replayed here one step at a time.  After each step: what changed in the TIR, and the end-to-end
 latency of the program scheduled so far (with the same numbers as numpy).""")
 code("""from cortex_tvm.build import schedule_model

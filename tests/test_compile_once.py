@@ -11,7 +11,8 @@ from tvm.target import Target
 import cortex_tvm as ct
 from cortex_tvm import compiler, padding, recipes
 from cortex_tvm import target as _target
-from cortex_tvm.schedule import RecSchedule, derive
+from cortex_tvm.policy import derive
+from cortex_tvm.schedule import RecSchedule
 from cortex_tvm.tune import Database, Space, TuningRecord, Workload
 
 H, V = 16, 50

@@ -6,7 +6,7 @@ import pytest
 import cortex_tvm as ct
 from cortex_tvm import ra
 from cortex_tvm.data import dag_postorder, grid_dag, postorder, sequences, sst_sample
-from cortex_tvm.models.reference import reference64
+from cortex_tvm.models.float64_walk import reference64
 from cortex_tvm.schedule import RecSchedule, ScheduleError
 from cortex_tvm.signature import KernelSignature
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 
 from tvm.target import Target
 
-from .schedule import RecSchedule, derive
+from .policy import derive
+from .schedule import RecSchedule
 from .target import CpuInfo, cpu_info, make_target
 from .weights import pad_blocks
 

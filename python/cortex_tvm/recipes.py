@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 
 from . import dot_bf16 as _dot
+from .policy import derive as _derive
 from .schedule import RecSchedule, ScheduleError
-from .schedule import derive as _derive
 from .target import cpu_info
 
 
@@ -212,7 +212,7 @@ def auto(rs: RecSchedule) -> RecSchedule:
 
 
 def derived(model, target, facts=None) -> Recipe:
-    """The schedule derived from `model`'s program and the CPU `target` (see schedule/derive.py),
+    """The schedule derived from `model`'s program and the CPU `target` (see policy/derive.py),
     as a recipe whose knobs (node tile, column vectors, lanes, unroll, hoisting, ...) the tuner
     searches; the first candidate of each knob is the analytic default for this CPU.  facts: the
     compile's `padding.ProgramFacts` for `model` (its CPU and GEMMs, handed on to `derive.derive`

@@ -141,6 +141,13 @@ def bytes_of(dtype) -> int:
 
 #: the bits of the unit `CpuInfo.lanes` counts in (a float32 or int32 lane)
 LANE_BITS = 32
+#: the per-function stack budget for register tiles: the largest register tile, in bytes, the
+#: build keeps on the stack (the whole AVX-512 register file, 32 x 64 B).  TVM's LowerTVMBuiltin
+#: moves any allocation of 1 KB or more to a heap workspace, which LLVM cannot promote to
+#: registers (3x slower); the build's TIR pipeline (`tir_pipeline.KeepTilesOnStack`) keeps an
+#: allocation up to this size an alloca instead, and the derived schedule (`policy.derive.fits`)
+#: plans no tile above it
+STACK_BYTES = 2048
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import tvm_ffi
 from tvm.tirx import compilation_pipeline
 
 from .level_tails import SEPARATE_TILES        # lower the module without StorageRewrite
-from .schedule.derive import STACK_BYTES as STACK_TILE_BYTES
+from .target import STACK_BYTES as STACK_TILE_BYTES
 from .target import bytes_of
 
 #: the name `tvm.compile(..., tir_pipeline=NAME)` takes

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cortex_tvm as ct
-from cortex_tvm.schedule import derive
+from cortex_tvm.policy import derive
 from cortex_tvm.target import cpu_info, make_target
 
 H, V = 16, 40

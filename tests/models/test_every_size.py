@@ -111,7 +111,7 @@ def test_avx2_code_runs_here(name):
 @pytest.mark.parametrize("name", list(MODELS))
 def test_every_gemm_is_register_tiled(name):
     """Padding makes every weight GEMM divisible by the vector width, so each gets a micro-kernel."""
-    from cortex_tvm.schedule import derive
+    from cortex_tvm.policy import derive
     model = MODELS[name][0](37, 20)
     target = ct.make_target("llvm")
     padded = padded_model(model, target)

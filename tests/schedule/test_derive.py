@@ -6,7 +6,7 @@ import pytest
 import tvm
 
 import cortex_tvm as ct
-from cortex_tvm.schedule import derive
+from cortex_tvm.policy import derive
 from cortex_tvm.target import CpuInfo
 
 from .irutil import loops_around

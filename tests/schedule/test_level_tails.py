@@ -11,7 +11,7 @@ import cortex_tvm as ct
 from cortex_tvm import build, level_tails
 from cortex_tvm.data import Node, chain_tree
 from cortex_tvm.models import reference64
-from cortex_tvm.schedule.derive import derive
+from cortex_tvm.policy.derive import derive
 from cortex_tvm.schedule.kernels import BARRIER
 from cortex_tvm.target import cpu_info, make_target
 

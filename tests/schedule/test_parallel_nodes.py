@@ -4,8 +4,8 @@ import pytest
 import tvm
 
 import cortex_tvm as ct
+from cortex_tvm.policy.derive import derive
 from cortex_tvm.schedule import ScheduleError
-from cortex_tvm.schedule.derive import derive
 from cortex_tvm.target import cpu_info, make_target
 
 from .irutil import loops_around, trace_names

@@ -5,8 +5,8 @@ import pytest
 import tvm
 
 import cortex_tvm as ct
+from cortex_tvm.policy.derive import derive
 from cortex_tvm.schedule import ScheduleError, persistent_region
-from cortex_tvm.schedule.derive import derive
 from cortex_tvm.schedule.kernels import BARRIER, LAUNCH_POINT
 from cortex_tvm.target import cpu_info, make_target
 

@@ -8,7 +8,7 @@ import tvm
 import cortex_tvm as ct
 from cortex_tvm.data import Node, chain_tree
 from cortex_tvm.linearize import check_bounds, linearize
-from cortex_tvm.schedule import derive
+from cortex_tvm.policy import derive
 from cortex_tvm.target import cpu_info, make_target
 
 from .irutil import loops_around, trace_names

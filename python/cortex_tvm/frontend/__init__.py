@@ -11,7 +11,7 @@
 
 `trace` runs the function on symbolic nodes and tensors (`tensor`, `ops`),
 `to_ra` turns the trace into an `ra.RecProgram` (`ra_text` prints one),
-`reference` evaluates the trace with numpy, and `model` wraps it as a
+`numpy_levels` evaluates the trace with numpy, and `model` wraps it as a
 `models.Model` and compiles it.
 """
 from ..compiler import with_unroll_depth

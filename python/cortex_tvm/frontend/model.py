@@ -11,7 +11,7 @@ from .. import ra
 from ..models.base import Model, check_sizes
 from ..models.program import ProgramModel
 from ..weights import to_numpy
-from . import reference, to_ra
+from . import numpy_levels, to_ra
 from .trace import Recursive, trace
 
 
@@ -79,7 +79,7 @@ class TracedModel(Model):
         return to_ra.build_program(self._current_trace())
 
     def numpy_forward(self, lin):
-        return reference.numpy_forward(self._current_trace(), self.weights, lin, self.no_word)
+        return numpy_levels.numpy_forward(self._current_trace(), self.weights, lin, self.no_word)
 
     # -- sizes ------------------------------------------------------------------------------
     @staticmethod

@@ -3,7 +3,7 @@
 Every operation on a `Tensor` builds a node of an expression graph and checks
 its shapes at once, so a mistake is reported at the line that made it.  The
 graph is later turned into RA computes (`to_ra`) and evaluated with numpy
-(`reference`).  A tensor has no value, so anything that needs one (an `if` on
+(`numpy_levels`).  A tensor has no value, so anything that needs one (an `if` on
 it, `float(x)`, a numpy or math function) raises a TypeError naming the line.
 
 Kinds of node (`op`):

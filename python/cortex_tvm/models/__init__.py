@@ -6,7 +6,7 @@ from .mv_rnn import MVRNN
 from .program import ProgramModel
 from .seq_rnn import SeqGRU, SeqLSTM
 from ..ra import DAG
-from .reference import reference64
+from .float64_walk import reference64
 from .tree_fc import TreeFC
 from .tree_gru import TreeGRU
 from .tree_lstm import TreeLSTM

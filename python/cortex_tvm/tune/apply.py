@@ -9,17 +9,17 @@ from .database import Database, load_records
 from .space import Space
 from .workload import Workload
 
-#: `tuning_log=SHIPPED` reads the logs installed with the package (cortex_tvm.tuning_logs)
+#: `tuning_log=SHIPPED` reads the logs installed with the package (cortex_tvm.tuning_data)
 SHIPPED = "shipped"
 
 
 def open_log(log) -> Database:
-    """A Database from a path, a Database, or "shipped" (every log in cortex_tvm.tuning_logs)."""
+    """A Database from a path, a Database, or "shipped" (every log in cortex_tvm.tuning_data)."""
     if isinstance(log, Database):
         return log
     if log == SHIPPED:
         db = Database()
-        for entry in sorted(resources.files("cortex_tvm.tuning_logs").iterdir(), key=lambda e: e.name):
+        for entry in sorted(resources.files("cortex_tvm.tuning_data").iterdir(), key=lambda e: e.name):
             if entry.name.endswith(".jsonl"):
                 with resources.as_file(entry) as path:
                     db.records += load_records(path)

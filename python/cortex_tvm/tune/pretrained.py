@@ -25,7 +25,8 @@ import tvm_ffi
 
 from .. import data
 from ..data import postorder
-from ..schedule import RecSchedule, ScheduleError, derive
+from ..policy import derive
+from ..schedule import RecSchedule, ScheduleError
 from ..target import Machine, cpu_info
 from .cost_model import SpaceFeaturizer
 from .features import WorkloadStats
@@ -48,7 +49,7 @@ CANDIDATE_KNOBS = {"node_tile": 3, "max_column_vectors": 3}
 @functools.lru_cache(maxsize=1)
 def shipped_booster():
     """The shipped xgboost Booster, or None when the package has none."""
-    entry = resources.files("cortex_tvm.tuning_logs") / MODEL_FILE
+    entry = resources.files("cortex_tvm.tuning_data") / MODEL_FILE
     if not entry.is_file():
         return None
     import xgboost as xgb

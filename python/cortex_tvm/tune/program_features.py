@@ -22,8 +22,7 @@ from tvm import tirx
 
 from .. import tir_rewrites
 from ..level_tails import SEPARATE_TILES
-from ..schedule.derive import STACK_BYTES
-from ..target import Machine
+from ..target import STACK_BYTES, Machine
 from .program_stores import Store, evaluate, stand_in, stores
 
 LAUNCH_POINT = "pragma_parallel_launch_point"

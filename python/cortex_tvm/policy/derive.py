@@ -38,22 +38,17 @@ import tvm_ffi
 
 from .. import level_tails as _tails
 from ..plan import FUNC_NAME
-from ..target import bytes_of
-from .core import REDUCE, ScheduleError
-from .core import SPATIAL as _SPATIAL
+from ..schedule.core import REDUCE, ScheduleError
+from ..schedule.core import SPATIAL as _SPATIAL
 # (derive.gemms, derive.Gemm, derive.find_gemm: where callers have found them)
-from .gemms import ACCUMULATOR, Gemm, expr_vars, find_gemm, gemms, out_dtype, with_tail_copies  # noqa: F401
+from ..schedule.gemms import ACCUMULATOR, Gemm, expr_vars, find_gemm, gemms, out_dtype, with_tail_copies  # noqa: F401
+from ..target import STACK_BYTES, bytes_of
 
 #: iterations per node (`work_per_node`; multiply-adds for a reduction) from which a stage that
 #: is not a weight GEMM runs its nodes across cores (parallel_nodes): a 64 x 64 matrix-vector
 #: product.  A child sum or an elementwise step of the zoo's usual sizes is far below it (a
 #: fork and join per level would buy nothing); an 8-child sum at H=512 reaches it
 PARALLEL_NODE_WORK = 4096
-#: the largest register tile, in bytes, the build keeps on the stack (the whole AVX-512 register
-#: file, 32 x 64 B): TVM's LowerTVMBuiltin moves any allocation of 1 KB or more to a heap
-#: workspace, which LLVM cannot promote to registers (3x slower); the build's TIR pipeline
-#: (`tir_pipeline.KeepTilesOnStack`) keeps an allocation up to this size an alloca instead
-STACK_BYTES = 2048
 
 
 def fits(accumulators: int, node_tile: int, lanes: int, registers: int, dtype=ACCUMULATOR) -> bool:
