@@ -9,7 +9,7 @@ import pytest
 from tvm.target import Target
 
 import cortex_tvm as ct
-from cortex_tvm import compiler, padding, recipes
+from cortex_tvm import build, compiler, padding, recipes
 from cortex_tvm import target as _target
 from cortex_tvm.policy import derive
 from cortex_tvm.schedule import RecSchedule
@@ -21,8 +21,9 @@ H, V = 16, 50
 @pytest.fixture
 def counts(monkeypatch):
     """Counter of the calls that find something: derive.gemms, make_target given anything but a
-    Target (a Target is returned as it is: nothing made), recipes.resolve; counted wherever the
-    function is called from (its module and every module that imported its name)."""
+    Target (a Target is returned as it is: nothing made), recipes.resolve, and the stages
+    padding.program_facts and build.schedule_model; counted wherever the function is called from
+    (its module and every module that imported its name)."""
     found = Counter()
 
     def count(module, name, counts_call=lambda *a, **k: True):
@@ -39,6 +40,8 @@ def counts(monkeypatch):
     count(derive, "gemms")
     count(_target, "make_target", lambda target, *a, **k: not isinstance(target, Target))
     count(recipes, "resolve")
+    count(padding, "program_facts")
+    count(build, "schedule_model")
     return found
 
 
@@ -108,3 +111,23 @@ def test_derive_takes_the_gemms_of_the_prepared_program_from_the_facts(name):
             given = derive._prepare(rs, 3, hoist, level_tails, program_gemms=facts.gemms)
             assert given == derive.gemms(rs)
             assert len(given) > len(facts.gemms) or not level_tails
+
+
+def test_a_compile_hands_each_stage_one_record(counts, monkeypatch):
+    """The facts are found once and handed to the scheduled stage (`compiler.Scheduled`), whose
+    build is the CompiledModel: its recipe, trace and weight padding are the records' own."""
+    stages = []
+
+    def kept(*args, **kwargs):
+        stages.append(original(*args, **kwargs))
+        return stages[-1]
+    original = compiler.scheduled
+    monkeypatch.setattr(compiler, "scheduled", kept)
+    compiled = ct.models.TreeLSTM(hidden_size=20, vocab_size=V).compile()    # pads on AVX2 and AVX-512
+    assert {k: counts[k] for k in ("program_facts", "schedule_model")} == {"program_facts": 1, "schedule_model": 1}
+    (stage,) = stages
+    facts = stage.facts
+    assert facts.padding is not None and facts.padded_model.hidden_size == facts.padding.sizes["hidden_size"][1]
+    assert compiled.recipe_name == stage.recipe.name
+    assert compiled.trace == [step.as_json() for step in stage.rs.trace]
+    assert compiled.weight_padding == {name: list(pads) for name, pads in facts.padding.weight_padding.items()}

@@ -169,12 +169,15 @@ def schedule_model(model, target, schedule=None, bf16_dot: bool = True):
     return rs.finalize(), recipe
 
 
-def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = False, state_shapes=None):
+def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = False, state_shapes=None,
+                   padding=None):
     """A scheduled program (RecSchedule) + the model's weights -> CompiledModel.
 
     One module is built for the target: the kernel and the parameter transforms beside it
     (`hoist`'s leaf tables, `pack`'s layouts), which the CompiledModel runs once on the weights.
-    `recipe` (a Recipe) only names the result.
+    `recipe` (a Recipe) only names the result.  padding: when `model` is a padded model, how it
+    was padded from the user's (`padding.Padding`, the compile's `ProgramFacts.padding`): the
+    result pads weights given in the user's sizes the same way (`CompiledModel.weight_padding`).
     """
     tgt = make_target(target)
     rs.finalize()
@@ -187,7 +190,7 @@ def build_schedule(model, rs, target="llvm", recipe=None, bounds_check: bool = F
                              vocab_bound=model.vocab_bound, model_name=type(model).__name__,
                              aliases=getattr(model, "aliases", {}), recipe_name=recipe_name,
                              state_shapes=state_shapes, lowered=rs.lowered,
-                             weight_padding=getattr(model, "weight_padding", None),
+                             weight_padding=None if padding is None else padding.weight_padding,
                              trace=[step.as_json() for step in rs.trace])
     compiled.bounds_check = bounds_check
     return compiled

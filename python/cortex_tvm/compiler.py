@@ -1,5 +1,10 @@
 """The compile entry point: model -> padded model -> schedule -> build -> CompiledModel.
 
+Each stage hands the next a record of what it needs, and no model is changed: the program facts
+(`padding.ProgramFacts`: the target, the padded model, its `Padding`, the GEMMs), then the
+scheduled program (`Scheduled`: the schedule, the recipe it applied, the facts), then the
+CompiledModel.
+
 The top of the compiling stages and the only one that consults tuning: a tuning log's record
 for this model and CPU, else the recipe named by `schedule` (default: the derived schedule at
 its analytic point; "ranked": the shipped cost model's pick among a few of its configurations,
@@ -8,6 +13,7 @@ read off their scheduled programs, no measurement).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,9 +21,10 @@ from . import recipes
 from .adjoint import Adjoint
 from .build import build_module, build_schedule, schedule_model
 # padded_model (and compiled_form, its deprecated old name): imported from here
-from .padding import compiled_form, padded_model, program_facts  # noqa: F401
+from .padding import ProgramFacts, compiled_form, padded_model, program_facts  # noqa: F401
 from .recipes import Recipe, check_precision, with_precision
-from .runtime import cannot_run_here
+from .runtime import CompiledModel, cannot_run_here
+from .schedule import RecSchedule
 from .target import cpu_info, cuda_sm_count, make_target  # noqa: F401  (make_target: imported from here)
 from .tune.apply import resolve_recipe
 from .tune.pretrained import choose
@@ -76,13 +83,38 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
     if adjoint is not None:
         recipe = without_leaf_tables(recipe)
     recipe = with_device_grid(with_precision(recipe, precision), tgt)
-    rs, recipe = schedule_model(padded, tgt, recipe)
-    compiled = build_schedule(padded, rs, tgt, recipe, bounds_check,
-                              state_shapes=[s.shape for s in model.program.states])
+    compiled = scheduled(facts, recipe).build(bounds_check, state_shapes=[s.shape for s in model.program.states])
     if adjoint is not None:
         compiled.adjoint = adjoint
         compiled.training_weights = {name: np.array(w, np.float32) for name, w in model.weights.items()}
     return compiled
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """One compile's scheduled stage (`scheduled`), what its build needs."""
+
+    #: the padded model's program with the recipe applied, finalized
+    rs: RecSchedule
+    #: the recipe applied: the one given, fitted to the sizes (or the generic fallback,
+    #: `build.schedule_model`); it names the CompiledModel
+    recipe: Recipe
+    #: the compile's facts: the target, the padded model whose weights are built in, its padding
+    facts: ProgramFacts
+
+    def build(self, bounds_check: bool = False, state_shapes=None) -> CompiledModel:
+        """The schedule built with the padded model's weights (`build.build_schedule`); the
+        result pads weights given in the user's sizes as the facts' padding says."""
+        facts = self.facts
+        return build_schedule(facts.padded_model, self.rs, facts.target, self.recipe, bounds_check,
+                              state_shapes, padding=facts.padding)
+
+
+def scheduled(facts: ProgramFacts, recipe: Recipe, bf16_dot: bool = True) -> Scheduled:
+    """The padded model of `facts` scheduled for its target with `recipe` (a resolved Recipe):
+    the scheduled stage (`build.schedule_model`; bf16_dot as there)."""
+    rs, applied = schedule_model(facts.padded_model, facts.target, recipe, bf16_dot)
+    return Scheduled(rs, applied, facts)
 
 
 #: the derived schedule's knob for `RecSchedule.hoist` (leaf states as per-word tables)
@@ -134,11 +166,10 @@ def cross_compile(model, target, path, schedule=None, precision="fp32") -> str:
     facts = program_facts(model, target)
     tgt, padded = facts.target, facts.padded_model
     check_precision(precision, tgt)
-    rs, _ = schedule_model(padded, tgt, with_precision(recipes.resolve(padded, tgt, schedule, facts),
-                                                              precision))
+    rs = scheduled(facts, with_precision(recipes.resolve(padded, tgt, schedule, facts), precision)).rs
     mod = rs.finalize().module()
     build_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
-    padding = getattr(padded, "weight_padding", None) or {}
+    padding = {} if facts.padding is None else facts.padding.weight_padding
     with open(f"{path}.json", "w", encoding="utf-8") as f:
         json.dump({"model": type(model).__name__, "target": str(tgt), "precision": precision,
                    "bf16_weights": list(rs.plan.bf16_weights),

@@ -16,7 +16,6 @@ constant to them, cannot be padded this way and compiles at its own sizes.
 """
 from __future__ import annotations
 
-import copy
 import warnings
 from dataclasses import dataclass, replace
 
@@ -31,18 +30,10 @@ from .weights import pad_blocks
 SIZE_ATTRS = ("hidden_size", "embed_size")
 
 
-def _with_sizes(model, sizes: dict):
-    clone = copy.copy(model)
-    clone.__dict__ = {k: v for k, v in model.__dict__.items() if k not in ("_program", "_lowered")}
-    clone._program = None
-    clone.__dict__.update(sizes)
-    return clone
-
-
 def _axis_layouts(model, attrs) -> dict | None:
     """weight -> per axis: None (keep) or (attr, blocks); None when an axis cannot be padded."""
     base = model.weight_shapes()
-    moved = {attr: _with_sizes(model, {attr: getattr(model, attr) + 1}).weight_shapes() for attr in attrs}
+    moved = {attr: model.resized(**{attr: getattr(model, attr) + 1}).weight_shapes() for attr in attrs}
     out = {}
     for name, shape in base.items():
         axes = []
@@ -61,16 +52,36 @@ def _axis_layouts(model, attrs) -> dict | None:
     return out
 
 
-def padded(model, multiple: int):
-    """The same model with every size in SIZE_ATTRS rounded up to `multiple`, zero-padded weights.
+@dataclass(frozen=True)
+class Padding:
+    """How a model's sizes are rounded up for its kernel (`padding_of`), handed down the compile
+    in `ProgramFacts.padding`: what the build records so that weights given in the user's sizes
+    (`CompiledModel.load_weights`, an export's `load`, a cross-compiled object's user) are padded
+    the same way.
 
-    Returns None when no size needs padding or the model's weights cannot be
-    padded (see the module docstring).
+    Example: TreeLSTM(150, V) at multiple 16 has sizes {"hidden_size": (150, 160), "embed_size":
+    (150, 160)} and weight_padding["U"] == ((0, 5, 150, 160), (1, 2, 150, 160)): U's five gate
+    blocks of rows and its two child blocks of columns each widened from 150 to 160."""
 
-    Example: ``padded(TreeLSTM(150, V), 16)`` is a TreeLSTM(160, V) whose U
-    is (800, 320): rows 150..159 of each of the five gate blocks and columns
-    150..159 of each child block are zero.
-    """
+    #: the multiple every size is rounded up to (`pad_multiple`)
+    multiple: int
+    #: size attribute (SIZE_ATTRS) -> (the user's size, the kernel's)
+    sizes: dict
+    #: weight -> its padded axes (axis, blocks, size, padded size), as `weights.pad_blocks` reads
+    #: them; only the weights with a padded axis (the meta.json "weight_padding" of an export)
+    weight_padding: dict
+
+    def apply(self, model):
+        """`model` at the padded sizes (`Model.resized`) with its weights zero-padded."""
+        padded = model.resized(**{attr: to for attr, (_, to) in self.sizes.items()})
+        padded.weights = {name: pad_blocks(array, self.weight_padding.get(name, ()))
+                          for name, array in model.weights.items()}
+        return padded
+
+
+def padding_of(model, multiple: int) -> Padding | None:
+    """How `model`'s sizes in SIZE_ATTRS pad to `multiple` (`Padding`); None when no size needs
+    padding or the model's weights cannot be padded (see the module docstring)."""
     fixed = getattr(model, "fixed_sizes", ())          # e.g. the width of features given per call
     attrs = [a for a in SIZE_ATTRS if isinstance(getattr(model, a, None), int) and a not in fixed]
     sizes = {a: getattr(model, a) for a in attrs}
@@ -80,16 +91,23 @@ def padded(model, multiple: int):
     layouts = _axis_layouts(model, attrs)
     if layouts is None or not any(axis for axes in layouts.values() for axis in axes):
         return None                   # ambiguous, or no weight grows with the sizes: fixed shapes
-    # per weight, its padded axes (axis, blocks, size, padded size): kept, so that `load` pads
-    # weights given in the user's sizes the same way
-    weight_padding = {name: [(axis, layout[1], sizes[layout[0]], targets[layout[0]])
-                             for axis, layout in enumerate(layouts[name]) if layout is not None]
-                      for name in model.weights}
-    weights = {name: pad_blocks(array, weight_padding[name]) for name, array in model.weights.items()}
-    clone = _with_sizes(model, targets)
-    clone.weights = weights
-    clone.weight_padding = {name: pads for name, pads in weight_padding.items() if pads}
-    return clone
+    axes = {name: tuple((axis, layout[1], sizes[layout[0]], targets[layout[0]])
+                        for axis, layout in enumerate(layouts[name]) if layout is not None)
+            for name in model.weights}
+    return Padding(multiple, {a: (sizes[a], targets[a]) for a in attrs},
+                   {name: pads for name, pads in axes.items() if pads})
+
+
+def padded(model, multiple: int):
+    """The same model with every size in SIZE_ATTRS rounded up to `multiple`, zero-padded weights
+    (`padding_of(model, multiple).apply(model)`); None when `padding_of` is None.
+
+    Example: ``padded(TreeLSTM(150, V), 16)`` is a TreeLSTM(160, V) whose U
+    is (800, 320): rows 150..159 of each of the five gate blocks and columns
+    150..159 of each child block are zero.
+    """
+    how = padding_of(model, multiple)
+    return None if how is None else how.apply(model)
 
 
 #: the most extra work (padded units / real units) spent to widen the register tile
@@ -139,6 +157,8 @@ class ProgramFacts:
     padded_model: object
     #: the GEMMs of padded_model's program with its leaves specialized (`derive.gemms`); () off a CPU
     gemms: tuple = ()
+    #: how padded_model's sizes and weights are padded from the model's (`Padding`); None: not padded
+    padding: Padding | None = None
 
     @property
     def kernel_model(self):
@@ -157,12 +177,14 @@ def program_facts(model, target) -> ProgramFacts:
         return ProgramFacts(tgt, None, model)
     info = cpu_info(tgt)
     found, middles = internal_middles(RecSchedule(model.lower(specialize_leaves=True)))
-    kernel = padded(model, pad_multiple(model, info, middles)) or model
-    if kernel is not model:
-        found = padded_gemms(found, kernel.weight_padding)
-        if found is None:            # a GEMM whose columns are not whole blocks of a padded size
-            found = tuple(derive.gemms(RecSchedule(kernel.lower(specialize_leaves=True))))
-    return ProgramFacts(tgt, info, kernel, found)
+    how = padding_of(model, pad_multiple(model, info, middles))
+    if how is None:
+        return ProgramFacts(tgt, info, model, found)
+    kernel = how.apply(model)
+    found = padded_gemms(found, how.weight_padding)
+    if found is None:                # a GEMM whose columns are not whole blocks of a padded size
+        found = tuple(derive.gemms(RecSchedule(kernel.lower(specialize_leaves=True))))
+    return ProgramFacts(tgt, info, kernel, found, how)
 
 
 def padded_gemms(found, weight_padding: dict):

@@ -82,6 +82,13 @@ class TracedModel(Model):
         return numpy_levels.numpy_forward(self._current_trace(), self.weights, lin, self.no_word)
 
     # -- sizes ------------------------------------------------------------------------------
+    def resized(self, **sizes) -> "TracedModel":
+        """As `Model.resized`; the copy keeps its traces apart (a copy of this model's, by sizes)."""
+        clone = super().resized(**sizes)
+        # shared, the copy's traces at its sizes would land in this model's cache
+        clone._traces = dict(self._traces)
+        return clone
+
     @staticmethod
     def _key(shapes):
         return tuple(sorted(shapes.items()))

@@ -6,6 +6,8 @@ against).  Everything else (lowering, scheduling, building) is generic.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from .. import compiler as _compiler
@@ -125,6 +127,32 @@ class Model:
         self.weights = checked_weights(weights, {n: (shape, "float32") for n, shape in shapes.items()},
                                        self.aliases, "load_weights")
         return self
+
+    # -- sizes ----------------------------------------------------------------------------
+    #: attributes holding what is built from the sizes, dropped by `resized`
+    size_caches = ("_program", "_lowered")
+
+    def resized(self, **sizes) -> "Model":
+        """This model at other sizes: a copy with the attributes `sizes` set (e.g. hidden_size=160),
+        its program and lowerings dropped so that they are built at the new sizes.  This model is
+        not changed.
+
+        The copy's weights are this model's arrays (a dict of its own), at this model's sizes:
+        the caller sets weights of the new shapes (`weight_shapes()`), as `padding` sets the
+        zero-padded ones.  A subclass holding another cache built from its sizes names it in
+        `size_caches` (or overrides this method)."""
+        check_sizes(**sizes)
+        missing = [name for name in sizes if not hasattr(self, name)]
+        if missing:
+            raise TypeError(f"{type(self).__name__}.resized: no size attribute {missing[0]!r}")
+        clone = copy.copy(self)
+        for name in self.size_caches:
+            clone.__dict__.pop(name, None)
+        clone._program = None
+        clone.weights = dict(self.weights)
+        for name, value in sizes.items():
+            setattr(clone, name, value)
+        return clone
 
     # -- stages ---------------------------------------------------------------------------
     @property
