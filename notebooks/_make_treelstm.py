@@ -39,7 +39,7 @@ The default schedule is derived from the program and this CPU
 replayed here one step at a time.  After each step: what changed in the TIR, and the end-to-end
 latency of the program scheduled so far (with the same numbers as numpy).""")
 code("""from cortex_tvm.build import schedule_model
-from cortex_tvm.padding import padded_model
+from cortex_tvm.policy.padding import padded_model
 padded = padded_model(model, target)       # sizes padded to the vector width (none at H=32/256)
 scheduled, recipe = schedule_model(padded, target)
 steps = [step.as_json() for step in scheduled.trace]

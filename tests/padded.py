@@ -2,7 +2,7 @@
 the tests of the padding invariant (every level a multiple of the node tile) compile, now that
 the default ends each level in a tail instead."""
 from cortex_tvm import recipes
-from cortex_tvm.padding import padded_model
+from cortex_tvm.policy.padding import padded_model
 from cortex_tvm.target import make_target
 
 

@@ -9,7 +9,8 @@ import pytest
 from tvm.target import Target
 
 import cortex_tvm as ct
-from cortex_tvm import build, compiler, padding, recipes
+from cortex_tvm import build, compiler, recipes
+from cortex_tvm.policy import padding
 from cortex_tvm import target as _target
 from cortex_tvm.policy import derive
 from cortex_tvm.schedule import RecSchedule

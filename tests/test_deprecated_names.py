@@ -1,9 +1,13 @@
 """Old names kept as deprecated aliases (issue 22, "names that mislead"): each still works and
 warns with DeprecationWarning naming its new name."""
+import importlib
+import sys
+
 import pytest
 
 import cortex_tvm as ct
-from cortex_tvm import compiler, padding
+from cortex_tvm import compiler
+from cortex_tvm.policy import padding
 from cortex_tvm.tune import Space
 
 
@@ -31,3 +35,10 @@ def test_kernel_model_attributes_are_padded_model(fc):
     assert space.padded_model is facts.padded_model
     with pytest.warns(DeprecationWarning, match="padded_model"):
         assert space.kernel_model is space.padded_model
+
+
+def test_the_padding_module_moved_to_the_policy_package():
+    sys.modules.pop("cortex_tvm.padding", None)
+    with pytest.warns(DeprecationWarning, match="cortex_tvm.policy.padding"):
+        old = importlib.import_module("cortex_tvm.padding")
+    assert old.padded_model is padding.padded_model and old.ProgramFacts is padding.ProgramFacts

@@ -386,7 +386,7 @@ def test_kernel_reads_no_feature_past_the_callers_width(make):
     import tvm
     import tvm_ffi
     from cortex_tvm.build import make_target
-    from cortex_tvm.padding import padded_model
+    from cortex_tvm.policy.padding import padded_model
     model = make()
     padded = padded_model(model, make_target("llvm"))
     width = model.embed_size

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
-from cortex_tvm import padding
+from cortex_tvm.policy import padding
 from cortex_tvm.data import random_trees
 from cortex_tvm.target import cpu_info, make_target
 

@@ -9,7 +9,7 @@ from tvm import relax
 import cortex_tvm as ct
 import cortex_tvm.relax  # noqa: F401 - ct.relax
 from cortex_tvm import build, recipes, tir_pipeline
-from cortex_tvm.padding import padded_model
+from cortex_tvm.policy.padding import padded_model
 from cortex_tvm.target import make_target
 
 H = 32

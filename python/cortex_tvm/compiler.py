@@ -21,7 +21,7 @@ from . import recipes
 from .adjoint import Adjoint
 from .build import build_module, build_schedule, schedule_model
 # padded_model (and compiled_form, its deprecated old name): imported from here
-from .padding import ProgramFacts, compiled_form, padded_model, program_facts  # noqa: F401
+from .policy.padding import ProgramFacts, compiled_form, padded_model, program_facts  # noqa: F401
 from .recipes import Recipe, check_precision, with_precision
 from .runtime import CompiledModel, cannot_run_here
 from .schedule import RecSchedule

@@ -28,7 +28,7 @@ allocates a placeholder of that size.  Weights are Relax constants: the
 kernel's arguments, which the schedule's parameter transforms (packing, leaf
 tables) compute from the model's weights once, when the call is made.
 
-Sizes are padded to the vector width as `compile()` pads them (`padding.py`),
+Sizes are padded to the vector width as `compile()` pads them (`policy/padding.py`),
 so an odd hidden size gets the same register-tiled kernel; `emit` slices the
 roots back to the model's state shape with `R.strided_slice`.
 
@@ -46,7 +46,7 @@ from tvm import relax, tirx
 from . import build as _build
 from . import recipes as _recipes
 from .kernel_args import kernel_weights, model_weight_arrays
-from .padding import padded_model
+from .policy.padding import padded_model
 
 __all__ = ["RecursiveCall", "as_relax"]
 

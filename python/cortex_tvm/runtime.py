@@ -80,7 +80,7 @@ class CompiledModel:
         self._vocab_bound = vocab_bound
         self._states = signature.states
         #: the states' shapes as the user's model has them; the kernel's may be padded
-        #: to the vector width (padding.py), and the padding is sliced off here
+        #: to the vector width (policy/padding.py), and the padding is sliced off here
         self.state_shapes = tuple(tuple(int(d) for d in shape) for shape in state_shapes) if state_shapes \
             else tuple(shape for _, shape, _ in self._states)
         self._unpad = tuple(slice(0, d) for d in self.state_shapes[0])

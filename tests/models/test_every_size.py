@@ -1,7 +1,7 @@
 """Every zoo model, default (derived) schedule, at sizes that are not powers of two (odd ones
 too), with E != H, at H=256, and as AVX2 code, against independent float64 numpy references.
 
-The derived schedule pads sizes to the vector width (padding.py) and register-tiles
+The derived schedule pads sizes to the vector width (policy/padding.py) and register-tiles
 every GEMM; these tests check that no size falls off that path (no ScheduleError, no
 fallback warning, a tiled kernel) and that the padding never leaks into results.
 """
@@ -13,7 +13,7 @@ import pytest
 import cortex_tvm as ct
 import reference as tree_ref
 from cortex_tvm.build import schedule_model
-from cortex_tvm.padding import padded_model
+from cortex_tvm.policy.padding import padded_model
 from cortex_tvm.data import Node
 
 from . import reference_np as ref

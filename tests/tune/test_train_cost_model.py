@@ -12,7 +12,7 @@ import pytest
 
 import cortex_tvm as ct
 from cortex_tvm import recipes
-from cortex_tvm.padding import padded_model
+from cortex_tvm.policy.padding import padded_model
 from cortex_tvm.tune import pretrained, train_cost_model
 from cortex_tvm.tune.program_features import FEATURES
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import data, recipes
 from ..models import reference64
-from ..padding import padded_model
+from ..policy.padding import padded_model
 from ..target import host_llvm, make_target
 from ..timing import batches_of
 from .cases import MODEL_CLASSES, make_model, structures

@@ -25,7 +25,7 @@ import tvm
 
 from .. import build
 from ..kernel_args import kernel_weights, model_weight_arrays
-from ..padding import padded_model
+from ..policy.padding import padded_model
 from ..plan import kernel_names
 from ..target import make_target
 from ..timing import best_of

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import recipes as _recipes
-from ..padding import ProgramFacts, program_facts
+from ..policy.padding import ProgramFacts, program_facts
 from ..target import make_target
 from ..schedule import RecSchedule, ScheduleError
 
