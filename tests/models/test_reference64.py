@@ -3,7 +3,7 @@
 It must agree with every zoo model's level-batched numpy executor (float32, so ~1e-5 relative)
 on the bundled SST trees and on each model's own structures (n-ary trees with words on inner
 nodes, sequences, DAGs), and, to float64 rounding, with the tests' own independent references
-(tests/reference.py, tests/models/reference_np.py).  It also shares `base.lstm_cell` with no one:
+(tests/reference.py, tests/models/reference_np.py).  It also shares `numpy_cells.lstm_cell` with no one:
 that cell is checked here against its formula.
 """
 import numpy as np
@@ -14,7 +14,7 @@ import cortex_tvm as ct
 from cortex_tvm.bench.cases import OPTIONS, structures
 from cortex_tvm.data import Node
 from cortex_tvm.models import reference64
-from cortex_tvm.models.base import lstm_cell, sigmoid
+from cortex_tvm.models.numpy_cells import lstm_cell, sigmoid
 
 from . import reference_np as ref
 from . import trees as tree_gen

@@ -5,7 +5,7 @@ import pytest
 
 import cortex_tvm as ct
 from cortex_tvm import ra
-from cortex_tvm.models.base import sigmoid
+from cortex_tvm.models.numpy_cells import sigmoid
 from cortex_tvm.runtime import kernel_weights, model_weight_arrays
 
 from .irutil import block_names, find_block, loads, param, shape, stores, trace_names

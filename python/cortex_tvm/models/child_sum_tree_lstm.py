@@ -1,10 +1,9 @@
 """Child-sum TreeLSTM (Tai et al. 2015), n-ary, one forget gate per child."""
 from __future__ import annotations
 
-import numpy as np
-
 from .. import ra
-from .base import WordModel, check_sizes, lstm_cell, zero_states
+from .base import WordModel, check_sizes
+from .numpy_cells import lstm_cell, zero_states
 from .structures import count_leaves_internal
 
 

@@ -6,7 +6,7 @@ parents, as in a DAG, is computed once), evaluates every node from its word and
 its children's states with the model's weights cast to float64, and returns the
 roots' first state.  It shares nothing with the level-batched executors
 (`numpy_forward`) beyond the weights: no linearizer, no slots, no levels, not
-even the numpy LSTM cell (`base.lstm_cell`), whose mistakes it exists to catch.
+even the numpy LSTM cell (`numpy_cells.lstm_cell`), whose mistakes it exists to catch.
 The equations are the ones each model's docstring states.
 
 Each `_<model>` below takes the model and its float64 weights and returns

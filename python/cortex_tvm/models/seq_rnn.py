@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import WordModel, lstm_cell, sigmoid, zero_states
+from .base import WordModel
+from .numpy_cells import lstm_cell, sigmoid, zero_states
 from .structures import count_leaves_internal
 
 

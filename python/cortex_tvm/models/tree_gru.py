@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import WordModel, sigmoid
+from .base import WordModel
+from .numpy_cells import sigmoid
 from .structures import count_leaves_internal
 
 

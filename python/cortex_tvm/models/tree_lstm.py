@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ra
-from .base import WordModel, lstm_cell, zero_states
+from .base import WordModel
+from .numpy_cells import lstm_cell, zero_states
 
 
 class TreeLSTM(WordModel):
