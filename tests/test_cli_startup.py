@@ -39,3 +39,15 @@ def test_the_cli_model_names_are_the_zoo():
     import cortex_tvm as ct
     from cortex_tvm.bench import MODELS
     assert sorted(MODELS) == sorted(ct.models.BY_NAME)
+
+
+def test_the_command_table_names_every_command_and_each_resolves():
+    """cli.COMMANDS (what `main` imports once a command is chosen) has one runnable entry per
+    subcommand of the parser, and no more."""
+    import argparse
+
+    from cortex_tvm import cli
+    (sub,) = [a for a in cli.make_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert sorted(sub.choices) == sorted(cli.COMMANDS)
+    for command in cli.COMMANDS:
+        assert callable(cli.command_function(command)), command

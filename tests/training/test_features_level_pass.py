@@ -4,7 +4,7 @@ node's own slot), so the compiled pass takes these programs too.  Its gradients,
 weight and of the features, must be the numpy backward's for every zoo model that takes
 features, on the forward's kept values and with the recomputation, with an adjoint on every
 state of every node; the numpy backward is itself checked against central differences
-(tests/test_node_features.py, which now runs through the compiled pass)."""
+(tests/test_node_features_training.py, which now runs through the compiled pass)."""
 import pytest
 
 import cortex_tvm as ct

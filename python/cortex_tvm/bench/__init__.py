@@ -31,9 +31,10 @@ TRAIN_SYSTEMS = ("cortex_tvm", "torch-eager", "torch-levels", "dgl")
 TRAIN_MODELS = ("treelstm", "treefc")
 
 
-
 def add_parser(subparsers):
-    """Register the `bench` subcommand on the CLI's subparsers."""
+    """Register the `bench` subcommand on the CLI's subparsers.  The command itself is `run.bench`,
+    which `cli.COMMANDS` names and `cli.main` imports once `bench` is chosen: this module, read to
+    build the parser (`cortex-tvm --help`), must not import TVM, and `run` does at its top."""
     p = subparsers.add_parser(
         "bench", help="latency of cortex_tvm vs numpy, PyTorch and DGL (each in its own process)",
         description=__doc__)
@@ -75,11 +76,4 @@ def add_parser(subparsers):
     p.add_argument("--timeout", type=float, default=900, help="seconds before a worker is killed")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: first model only, H=64, batch 10, 3 batches, 3 repeats, 1 round")
-    p.set_defaults(run=_run)
     return p
-
-
-def _run(args) -> int:
-    # imported here: building the CLI's parser (`cortex-tvm --help`) must not import TVM
-    from . import run
-    return run.bench(args)
