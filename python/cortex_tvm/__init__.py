@@ -28,7 +28,7 @@ from .version import __version__
 _COMPILE_SIDE = {
     "CompiledModel": ("cortex_tvm.runtime", "CompiledModel"), "load": ("cortex_tvm.runtime", "load"),
     "models": ("cortex_tvm.models", None), "ra": ("cortex_tvm.ra", None), "recipes": ("cortex_tvm.recipes", None),
-    "compile_count": ("cortex_tvm.build", "compile_count"), "make_target": ("cortex_tvm.build", "make_target"),
+    "compile_count": ("cortex_tvm.compile_cache", "compile_count"), "make_target": ("cortex_tvm.build", "make_target"),
     "TIR_PIPELINE": ("cortex_tvm.tir_pipeline", "NAME"),
     "RecSchedule": ("cortex_tvm.schedule", "RecSchedule"), "ScheduleError": ("cortex_tvm.schedule", "ScheduleError"),
     **{name: ("cortex_tvm.frontend", name)

@@ -19,7 +19,8 @@ import numpy as np
 
 from . import recipes
 from .adjoint import Adjoint
-from .build import build_module, build_schedule, schedule_model
+from .build import build_schedule, schedule_model
+from .compile_cache import build_module
 # padded_model (and compiled_form, its deprecated old name): imported from here
 from .policy.padding import ProgramFacts, compiled_form, padded_model, program_facts  # noqa: F401
 from .recipes import Recipe, check_precision, with_precision

@@ -45,6 +45,7 @@ from tvm import relax, tirx
 
 from . import build as _build
 from . import recipes as _recipes
+from .compile_cache import build_module
 from .kernel_args import kernel_weights, model_weight_arrays
 from .policy.padding import padded_model
 
@@ -106,7 +107,7 @@ class RecursiveCall:
         if not self.signature.transform:
             return [model_weights[n] for n, _, _ in self.signature.weights]
         device = tvm.cuda(0) if self.target.kind.name == "cuda" else tvm.cpu(0)
-        executable = _build.build_module(rs.finalize().module(), self.target, self.pass_config)
+        executable = build_module(rs.finalize().module(), self.target, self.pass_config)
         arrays = kernel_weights(executable, self.signature, model_weights,
                                 lambda a: tvm.runtime.tensor(np.ascontiguousarray(a), device))
         return [a.numpy() for a in arrays]

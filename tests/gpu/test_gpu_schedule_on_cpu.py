@@ -16,7 +16,7 @@ import tvm_ffi
 from tvm import tirx
 
 import reference
-from cortex_tvm import build
+from cortex_tvm import build, compile_cache
 from cortex_tvm.runtime import CompiledModel, model_weight_arrays
 
 import cortex_tvm as ct
@@ -39,7 +39,7 @@ def test_per_level_gpu_schedule_matches_reference_on_cpu(sst, name):
     mod = tvm.IRModule({gv.name_hint: tvm_ffi.structural_map(f, (tirx.For, _serial), order="post")
                         for gv, f in rs.finalize().module().functions.items()})
     target = build.make_target("llvm")
-    executable = build.build_module(mod, target)
+    executable = compile_cache.build_module(mod, target)
     emulated = CompiledModel(rs.signature, executable, target, rs.plan, model_weight_arrays(model, rs.signature),
                              vocab_bound=model.vocab_bound, model_name=name, recipe_name="emu")
     weights = {k: np.array(v) for k, v in model.weights.items()}

@@ -85,16 +85,16 @@ def test_a_damaged_disk_cache_entry_is_rebuilt_not_loaded(tmp_path, damage):
 
 
 def test_disk_cache_key_covers_source_target_and_pass_config(tmp_path, monkeypatch):
-    from cortex_tvm import build
+    from cortex_tvm import compile_cache
     monkeypatch.setenv("CORTEX_TVM_CACHE_DIR", str(tmp_path))
     model = ct.models.TreeFC(hidden_size=8, vocab_size=23)
     mod = model.lower(specialize_leaves=False).mod
     llvm = ct.make_target("llvm")
-    a = build._disk_path(mod, llvm, {})
-    assert a == build._disk_path(mod, llvm, {})
-    assert a != build._disk_path(mod, llvm, {"tirx.instrument_bound_checkers": True})
-    assert a != build._disk_path(mod, ct.make_target({"kind": "llvm"}), {})
+    a = compile_cache._disk_path(mod, llvm, {})
+    assert a == compile_cache._disk_path(mod, llvm, {})
+    assert a != compile_cache._disk_path(mod, llvm, {"tirx.instrument_bound_checkers": True})
+    assert a != compile_cache._disk_path(mod, ct.make_target({"kind": "llvm"}), {})
     other = ct.models.TreeFC(hidden_size=16, vocab_size=23).lower(specialize_leaves=False)
-    assert a != build._disk_path(other.mod, llvm, {})
-    monkeypatch.setattr(build, "_source_fingerprint", "edited")
-    assert a != build._disk_path(mod, llvm, {})
+    assert a != compile_cache._disk_path(other.mod, llvm, {})
+    monkeypatch.setattr(compile_cache, "_source_fingerprint", "edited")
+    assert a != compile_cache._disk_path(mod, llvm, {})

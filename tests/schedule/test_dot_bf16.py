@@ -16,7 +16,7 @@ import pytest
 import cortex_tvm as ct
 from cortex_tvm import dot_bf16, recipes, tir_rewrites
 from cortex_tvm.bench.cases import OPTIONS, structures
-from cortex_tvm.build import build_module
+from cortex_tvm.compile_cache import build_module
 from cortex_tvm.compiler import padded_model
 from cortex_tvm.data import postorder
 from cortex_tvm.models import reference64
