@@ -18,11 +18,15 @@ of columns, so the weights that chunk reads stay in the cache from tile to tile.
 from __future__ import annotations
 
 import contextlib
+import math
 
+import tvm
+import tvm_ffi
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
 from .linearize import NULL_SLOT
+from .target import bytes_of
 from .tir_builder import axes_grid, column_chunks, uses, vector_loop
 
 #: stands for the row of the node in a stage's value and adjoint arrays in expressions built
@@ -33,6 +37,10 @@ POSITION = tirx.Var("position", "int32")
 #: the sums a register tile keeps in flight: its nodes x SUMS_IN_FLIGHT / nodes vectors (16,
 #: as 8 nodes x 2 vectors or 16 nodes x 1, ran 1.5-2.3x slower on Zen 4 for TreeLSTM H=150)
 SUMS_IN_FLIGHT = 8
+#: the weight bytes from which a contraction of the training forward runs on shares of its
+#: columns (`splits_columns`): Zen 4, interleaved, TreeLSTM h = 150 (U 900 KB) step 2-5% faster,
+#: TreeFC h = 150 (W 90 KB, in L2 either way) 4% slower for the extra fork and join
+SPLIT_WEIGHT_BYTES = 256 * 1024
 
 
 def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
@@ -79,29 +87,33 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
                     nest(inner_axes, at)
         run.each(on_tile)
 
-    def accumulated(outer_map):
+    def accumulate_tile(outer_map, level, column_of, width, vector):
         """A register tile of SUMS_IN_FLIGHT accumulators: the tile's nodes x SUMS_IN_FLIGHT /
         nodes vectors of the indices' last axis (a tile of one node still has SUMS_IN_FLIGHT
         independent sums in flight, not one chain of dependent FMAs)."""
-        def columns(level, column_of, width, vector):
-            acc = Tb.alloc_buffer((level.tile_size, width), "float32", scope="local")
-            lane_loop = Tb.vectorized if vector else Tb.serial
+        acc = Tb.alloc_buffer((level.tile_size, width), "float32", scope="local")
+        lane_loop = Tb.vectorized if vector else Tb.serial
 
-            def lanes_of(body):
-                with lane_loop(0, width) as lane:
-                    body(lane, {inner[0]: column_of(lane)} if inner else {})
+        def lanes_of(body):
+            with lane_loop(0, width) as lane:
+                body(lane, {inner[0]: column_of(lane)} if inner else {})
+        with Tb.unroll(0, level.tile_size) as t:
+            lanes_of(lambda lane, _: Tb.buffer_store(acc, tirx.const(0.0, "float32"), [t, lane]))
+
+        def accumulate(m):
             with Tb.unroll(0, level.tile_size) as t:
-                lanes_of(lambda lane, _: Tb.buffer_store(acc, tirx.const(0.0, "float32"), [t, lane]))
+                position, row = level.node(t)
+                lanes_of(lambda lane, mi: Tb.buffer_store(
+                    acc, acc[t, lane] + rewriter({**outer_map, **m, **mi}, position, row)(coeff), [t, lane]))
+        nest(summed, accumulate)
+        with level.nodes(positions=True, tile_index=True) as (position, row, t):
+            with real_child(outer_map, position, row):
+                lanes_of(lambda lane, mi: write(rewriter({**outer_map, **mi}, position, row), acc[t, lane]))
 
-            def accumulate(m):
-                with Tb.unroll(0, level.tile_size) as t:
-                    position, row = level.node(t)
-                    lanes_of(lambda lane, mi: Tb.buffer_store(
-                        acc, acc[t, lane] + rewriter({**outer_map, **m, **mi}, position, row)(coeff), [t, lane]))
-            nest(summed, accumulate)
-            with level.nodes(positions=True, tile_index=True) as (position, row, t):
-                with real_child(outer_map, position, row):
-                    lanes_of(lambda lane, mi: write(rewriter({**outer_map, **mi}, position, row), acc[t, lane]))
+    def accumulated(outer_map):
+        """`accumulate_tile` for every tile of the run and chunk of columns."""
+        def columns(level, column_of, width, vector):
+            accumulate_tile(outer_map, level, column_of, width, vector)
 
         for tile_size, tiles, is_loop in run.tiles():
             def over_columns(chunk, width=emitter.lanes * (SUMS_IN_FLIGHT // tile_size)):
@@ -119,4 +131,62 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
                     over_columns(lambda column_of, width, vector, level=level:
                                  columns(level, column_of, width, vector))
 
-    nest(outer, accumulated if summed else direct)
+    def accumulated_share(share, shares):
+        """`accumulated` over this core's part of the nest's chunks of columns: the chunks of
+        every outer index, numbered outer index by outer index, split into `shares` runs."""
+        for tile_size, tiles, _ in run.tiles():
+            width = emitter.lanes * (SUMS_IN_FLIGHT // tile_size)
+            extent = int(inner[1])
+            whole, rest = extent // width, extent % width
+            per_outer = whole + (1 if rest else 0)
+            total = per_outer * math.prod(int(ext) for _, ext in outer)
+            first, last = Tb.bind(share * total // shares), Tb.bind((share + 1) * total // shares)
+            with Tb.serial(first, last) as chunk_number:
+                outer_map = _unravel(chunk_number // per_outer, outer)
+                chunk = chunk_number % per_outer
+
+                def emit(column_of, width, vector, tiles=tiles, outer_map=outer_map):
+                    with tiles() as level:  # (the whole tiles' loop inside the chunk, as above)
+                        accumulate_tile(outer_map, level, column_of, width, vector)
+                if whole and rest:
+                    with Tb.If(chunk < whole):
+                        with Tb.Then():
+                            emit(lambda lane: chunk * width + lane, width, True)
+                        with Tb.Else():
+                            emit(lambda lane: whole * width + lane, rest, rest > 1)
+                elif whole:
+                    emit(lambda lane: chunk * width + lane, width, True)
+                else:
+                    emit(lambda lane: lane, rest, rest > 1)
+
+    if summed and run.columns is not None:
+        accumulated_share(*run.columns)
+    else:
+        nest(outer, accumulated if summed else direct)
+
+
+def splits_columns(emitter, block, indices, coeff) -> bool:
+    """Whether the nest for `indices` and `coeff` (`emit_nest`) runs on a share of its columns
+    per core (`adjoint_runs.column_shares`): a contraction (axes summed) over a vector axis
+    whose summand reads at least SPLIT_WEIGHT_BYTES of weights, which each core then reads a
+    part of instead of all."""
+    used = block.used_axes(indices)
+    if not block.summed_axes(used) or not any(v.same_as(indices[-1]) for v, _ in used):
+        return False
+    found = {}
+
+    def visit(load):
+        weight = emitter.weight_of(load.source)
+        if weight is not None:
+            found[weight.name] = math.prod(weight.shape) * bytes_of(weight.dtype)
+    tvm_ffi.structural_walk(coeff, (tvm.ir.TensorLoad, visit), order="post")
+    return sum(found.values()) >= SPLIT_WEIGHT_BYTES
+
+
+def _unravel(flat, axes) -> dict:
+    """{var: index} of the flat index `flat` over the grid of `axes` ((var, extent), row-major)."""
+    out = {}
+    for var, extent in reversed(axes):
+        out[var] = flat % int(extent)
+        flat = flat // int(extent)
+    return out

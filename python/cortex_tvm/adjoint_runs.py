@@ -48,9 +48,12 @@ class Run:
     in the rest (a run of 7 nodes: tiles of 1, 2 and 4, so each weight vector read serves up to
     4 nodes, not 1)."""
 
-    def __init__(self, first, count, offset, size, row_base):
+    def __init__(self, first, count, offset, size, row_base, columns=None):
         self.first, self.count = first, count
         self.offset, self.size, self.row_base = offset, size, row_base
+        #: None: every column of a nest; (share, shares): the share-th of `shares` parts of the
+        #: columns of each contraction nest (`column_shares`)
+        self.columns = columns
         self.whole = Tb.bind(count // NODE_TILE)
 
     def tiles(self) -> list:
@@ -90,3 +93,55 @@ def runs(offset, size, row_base, parallel, shares, body):
         first = Tb.bind(size * share // shares)
         count = Tb.bind(size * (share + 1) // shares - first)
         body(Run(first, count, offset, size, row_base))
+
+
+def column_shares(offset, size, row_base, shares, body):
+    """body(Run) for all the nodes [offset, offset + size) at once, in a parallel loop over
+    `shares` parts of the columns of the contraction nests that body emits (`Run.columns`,
+    `adjoint_nest.emit_nest`).  Each core then reads its part of the weight, not all of it (a
+    level's runs of nodes each read every column of U), and a level of one node keeps every
+    core busy.  The nests must not read what another node's nests in the same loop write."""
+    with Tb.parallel(0, shares) as share:
+        body(Run(0, size, offset, size, row_base, columns=(share, shares)))
+
+
+def segments(items, split) -> list:
+    """[(split, [items])]: `items` in order, in runs of those `split` marks (one item each) and of
+    the others (as many as follow one another); the first is never a split one, though it may
+    be empty."""
+    out = [(False, [])]
+    for item in items:
+        if split(item):
+            out.append((True, [item]))
+        elif out[-1][0]:
+            out.append((False, [item]))
+        else:
+            out[-1][1].append(item)
+    return out
+
+
+def in_segments(items, splits, nodes, shares, node_runs, emit, after=None):
+    """emit(run, group) for the nests of `items` in order over `nodes` (offset, size, row_base,
+    parallel): each item `splits` marks on shares of its columns over all the nodes
+    (`column_shares`, when a parallel level has several cores to share), the others in runs of
+    nodes (node_runs(offset, size, row_base, parallel, body): `runs` or a GPU's layout), each a
+    parallel loop of its own; after(run) behind the last run of nodes' nests.  With no item
+    split this is one loop, as before the split existed."""
+    offset, size, row_base, parallel = nodes
+    groups = segments(items, lambda item: parallel and shares > 1 and splits(item))
+    if after is not None and groups[-1][0]:
+        groups.append((False, []))
+    last = len(groups) - 1
+    for index, (split, group) in enumerate(groups):
+        tail = after if index == last else None
+        if not split and not group and tail is None:
+            continue
+
+        def body(run, group=group, tail=tail):
+            emit(run, group)
+            if tail is not None:
+                tail(run)
+        if split:
+            column_shares(offset, size, row_base, shares, body)
+        else:
+            node_runs(offset, size, row_base, parallel, body)

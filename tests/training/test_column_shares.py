@@ -1,0 +1,91 @@
+"""The training forward's contractions with a large weight on shares of their columns
+(`adjoint_runs.column_shares`, `adjoint_nest.splits_columns`): the IR, the threshold, and the
+numpy backward's gradients for every zoo model with every such contraction split (the threshold
+set to 0) over 3 cores, on the forward's kept values and with the recomputation."""
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm import adjoint_kernel, adjoint_nest, lower
+from cortex_tvm.adjoint import Adjoint
+from cortex_tvm.adjoint_emit import StageEmitter
+from cortex_tvm.bench.cases import OPTIONS, structures
+from cortex_tvm.stage_numpy import StageNumpy
+from cortex_tvm.target import make_target
+
+from .numpy_twin import assert_kept_states, assert_same_gradients, numpy_gradients, random_adjoints
+
+H = 6
+#: three shares whatever this machine's cores (the code is built for the target's)
+THREE_CORES = {"kind": "llvm", "num-cores": 3}
+
+
+@pytest.fixture
+def split_every_contraction(monkeypatch):
+    monkeypatch.setattr(adjoint_nest, "SPLIT_WEIGHT_BYTES", 0)
+
+
+@pytest.mark.parametrize("name", sorted(ct.models.BY_NAME))
+def test_the_split_forward_gives_the_numpy_gradients(name, sst, split_every_contraction):
+    trees, vocab = sst
+    model = ct.models.BY_NAME[name](hidden_size=H, vocab_size=len(vocab), **OPTIONS.get(name, {}))
+    lin = model.linearize(structures(name, trees[:12]))
+    states = model.numpy_forward(lin)
+    d_states = random_adjoints(states, 4)
+    want = numpy_gradients(model, lin, states, d_states)
+    compiled = Adjoint(model.program, model.linearize, make_target(THREE_CORES))
+    assert compiled.level_pass is not None and compiled.level_pass.cores == 3
+    compiled.distinct_leaves = False                   # the plain layout: `want`'s
+    kept, token = compiled.forward(lin, model.weights)
+    assert_kept_states(kept, states, lin)
+    for part, values, forwarded in (("backward", kept, token), ("all", states, None)):
+        got = compiled.vjp(lin, values, model.weights, [d.copy() for d in d_states], forwarded=forwarded)
+        assert compiled.level_pass.last_run[0] == part
+        assert_same_gradients(got, want, part)
+
+
+def _forward_text(model, cores=3):
+    stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
+    numpy_stages = {n: StageNumpy(s) for n, s in stages.items()}
+    func, _ = adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=8, parallel=True, cores=cores,
+                                        part="forward")
+    return func.script(), stages, numpy_stages
+
+
+def test_the_ir_splits_the_weights_columns_between_runs_of_nodes(split_every_contraction):
+    """TreeFC, h = tanh(W @ (h_left + h_right) + b), 16 columns in 2 vectors of 8 lanes: each
+    level's child sum in runs of nodes, then W's product on 3 shares of its chunks of columns
+    over all the level's nodes (chunk numbers share * total // 3 .. (share + 1) * total // 3,
+    the whole tiles' loop inside a chunk), then the tanh into the states in runs of nodes: three
+    parallel loops a level where there was one."""
+    text, _, _ = _forward_text(ct.models.TreeFC(hidden_size=16, vocab_size=20))
+    leaves, levels = text.split("for v_5 in range(1, 1 + (v - 2)):")
+    assert leaves.count("T.parallel(3)") == 1                 # the leaves read no weight
+    assert levels.count("T.parallel(3)") == 3
+    child_sum, product, states = levels.split("T.parallel(3)")[1:]
+    assert "internal_child_sum[" in child_sum and "W_T" not in child_sum
+    # tiles of 8 nodes: 2 chunks of one vector, this share's of them, the whole tiles inside
+    assert "v_8: T.let[T.int32] = v_6 * 2 // 3" in product and "v_9: T.let[T.int32] = (v_6 + 1) * 2 // 3" in product
+    assert "for v_10 in range(v_8, v_8 + (v_9 - v_8)):\n                for v_11 in range(v_7):" in product
+    assert "T.alloc_local((8, 8))" in product and "W_T[v_12, v_10 % 2 * 8 + v_14]" in product
+    for tile in (4, 2, 1):                                   # a rest tile: one chunk of 16 columns
+        assert f"T.alloc_local(({tile}, 16))" in product
+    assert "b[" in states and "W_T" not in states
+
+
+def test_only_weights_of_split_weight_bytes_are_split():
+    """TreeLSTM's U at h = 16 (10 KB) stays in runs of nodes (one parallel loop a level); at
+    h = 96 (369 KB, over SPLIT_WEIGHT_BYTES) its product with the children's h is split (two:
+    the product on shares of its columns, then the gates and states in runs of nodes), while
+    the leaves' W (110 KB) is not."""
+    small, _, _ = _forward_text(ct.models.TreeLSTM(hidden_size=16, vocab_size=20))
+    assert small.split("for v_5 in range(1, 1 + (v - 2)):")[1].count("T.parallel(3)") == 1
+    big = ct.models.TreeLSTM(hidden_size=96, vocab_size=20)
+    text, stages, numpy_stages = _forward_text(big)
+    assert text.split("for v_5 in range(1, 1 + (v - 2)):")[1].count("T.parallel(3)") == 2
+    emitter = StageEmitter(stages["internal"], numpy_stages["internal"], 8, 3)
+    split = [block.name for block in emitter.blocks
+             if adjoint_nest.splits_columns(emitter, block, block.out_indices, block.body)]
+    assert len(split) == 1 and "gates_sum" in split[0], split
+    assert big.weights["U"].nbytes >= adjoint_nest.SPLIT_WEIGHT_BYTES > big.weights["W"].nbytes
+    leaves = text.split("for v_5 in range(1, 1 + (v - 2)):")[0]
+    assert leaves.count("T.parallel(3)") == 1
