@@ -44,13 +44,14 @@ SPLIT_WEIGHT_BYTES = 256 * 1024
 
 
 def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
-    """One loop nest over a run of nodes (`Run`) for `emitter`'s (`StageEmitter`) `block`, tile by tile: `coeff` summed over the
-    block's axes that `indices` do not use, then `write(rewrite, value)` at each element
-    they index.  The summed axes run outside a tile's nodes, so each weight vector they
-    read serves every node of the tile (`accumulated`), and the run's whole tiles take
-    their turns inside each chunk of columns, so the weights' slice that a chunk reads
-    stays in the cache from one tile to the next; a nest with no summed axis is
-    elementwise (`direct`)."""
+    """One loop nest over a run of nodes (`Run`) for `emitter`'s (`StageEmitter`) `block`, tile
+    by tile: `coeff` summed over the block's axes that `indices` do not use, then
+    `write(rewrite, value)` at each element they index.  The summed axes run outside a tile's
+    nodes, so each weight vector they read serves every node of the tile (`accumulated`), and
+    the run's whole tiles take their turns inside each chunk of columns, so the weights' slice
+    that a chunk reads stays in the cache from one tile to the next; a nest with no summed axis
+    is elementwise (`direct`).  A run with `columns` (`adjoint_runs.column_shares`) takes its
+    share of the chunks of every outer index, over all its nodes (`accumulated_share`)."""
     used = block.used_axes(indices)
     summed = block.summed_axes(used)
     inner = next(((v, ext) for v, ext in used if v.same_as(indices[-1])), None)

@@ -43,8 +43,8 @@ NODES_PER_BLOCK = 32
 def weight_blocks(emitter) -> list:
     """The blocks of the stage whose weight reads are node-independent, or through the node's
     input in `StageEmitter.gather_input`'s form (those go to `emitter.gathered`), with what
-    their nests need for the node-independent ones: [(block, stand-in for the block's adjoint buffer, [(read, d out/d read times
-    the stand-in's element, the read's axes)])]."""
+    their nests need for the node-independent ones: [(block, stand-in for the block's adjoint
+    buffer, [(read, d out/d read times the stand-in's element, the read's axes)])]."""
     found = []
     for block in emitter.blocks:
         weight_loads = []
@@ -128,7 +128,8 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
 
     def rewrite(e, mapping, n):
         mapping = {**mapping, block.position: n, ROW: n, POSITION: n}
-        return emitter.rewrite(with_adjoint(e, stand_in, adj), bufs, mapping, offset, count, inner[0] if inner else None)
+        return emitter.rewrite(with_adjoint(e, stand_in, adj), bufs, mapping, offset, count,
+                               inner[0] if inner else None)
 
     tile_size = TILE if tiled else 1
 

@@ -49,7 +49,8 @@ def sections() -> list:
     zoo = [(f"ct.models.{cls.__name__}", cls) for cls in sorted(set(models.BY_NAME.values()), key=lambda c: c.__name__)]
     model_methods = [(f"Model.{name}", m) for name, m in public_methods(models.Model)]
     readers = [(f"ct.data.{name}", getattr(data, name)) for name in sorted(getattr(data, "__all__", dir(data)))
-               if not name.startswith("_") and callable(getattr(data, name)) and not inspect.ismodule(getattr(data, name))]
+               if not name.startswith("_") and callable(getattr(data, name))
+               and not inspect.ismodule(getattr(data, name))]
     compiled = [(f"CompiledModel.{name}", m) for name, m in public_methods(CompiledModel)]
     primitives = [(f"RecSchedule.{name}", m) for name, m in public_methods(RecSchedule)]
     tuning = [(f"tune.{name}", getattr(tune, name)) for name in sorted(tune.__all__)]

@@ -3,9 +3,10 @@
 
 `CompiledModel.run(lin)` validates by default; in numpy that is ten-odd array operations, 26-32
 us on a Zen 4, 4-10% of a TreeLSTM H=256 call at batch 1 (docs/safety.md).  The same checks as
-scalar loops in compiled code take about 1 us, 5-6 us with the call from Python (1-2%).  The function only answers "valid" (status 0) or
-which rule failed (a code: the first group of rules, in the order below, with a fault); on failure the runtime runs `check_bounds`, which raises
-the ValueError that names the array, the slot and the rule.
+scalar loops in compiled code take about 1 us, 5-6 us with the call from Python (1-2%).  The
+function only answers "valid" (status 0) or which rule failed (a code: the first group of
+rules, in the order below, with a fault); on failure the runtime runs `check_bounds`, which
+raises the ValueError that names the array, the slot and the rule.
 
 It reads only what the caller has checked it may read: five int32 arrays whose shapes agree
 (children (N, K); num_children and words (N,); level_offsets (L1,) with L1 >= 2; roots (B,)),

@@ -59,7 +59,8 @@ LLVM_IR = f"""
 define internal <16 x float> @{FUNC}(<16 x float> %acc, <16 x i32> %a, <16 x i32> %b) #0 {{
   %a.bf16 = bitcast <16 x i32> %a to <32 x bfloat>
   %b.bf16 = bitcast <16 x i32> %b to <32 x bfloat>
-  %r = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %a.bf16, <32 x bfloat> %b.bf16)
+  %r = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc,
+                                                          <32 x bfloat> %a.bf16, <32 x bfloat> %b.bf16)
   ret <16 x float> %r
 }}
 declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)

@@ -13,8 +13,8 @@ Three steps, each a function here:
 - `split` (before scheduling): the stages in a block `<scope>_whole`, each
   remainder's copies in a block `<scope>_tail<r>` whose predicate is the guard
   (blocks `<block>_tail<r>`, scratchpads of their own of r rows, indexed by the
-  node's place in the tail: dense and of constant size from the start).  Blocks of their own: s_tir schedules only a scope that
-  is a stage pipeline.  A stage without a node loop over whole tiles is not copied.
+  node's place in the tail: dense and of constant size from the start).  Blocks of their own:
+  s_tir schedules only a scope that is a stage pipeline.  A stage without a node loop over whole tiles is not copied.
 - `node_set` names which copy a block belongs to (0: the whole tiles): stages of
   different copies touch different nodes of the level, so they are independent.
 - `join_tails` (when the schedule is finalized): the blocks open; stage k of each

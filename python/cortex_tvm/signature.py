@@ -26,7 +26,9 @@ class Param:
     per call: "num_slots", "num_levels_plus_1", "batch") and dtype."""
 
     name: str
-    role: str        # node_input, node_features, children, num_children, level_offsets, roots, max_level_size, weight, state, out
+    #: node_input, node_features, children, num_children, level_offsets, roots, max_level_size,
+    #: weight, state, out
+    role: str
     shape: tuple
     dtype: str
 

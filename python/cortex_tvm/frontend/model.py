@@ -146,8 +146,9 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
     this many levels down, on one thread; None lets the schedule choose (it does not unroll).
     precision: "fp32" or "bf16", training: generate the backward pass (as `Model.compile`).
     features: the width F of `node.features`, for a cell that reads a feature vector per node
-    (called as `compiled(trees, features=X)`, X (nodes, F) float32, see `CompiledModel.__call__`).  Returns a `CompiledModel`: numpy (B, H), the
-    first state at each root.  Errors in the function raise TypeError/ValueError
+    (called as `compiled(trees, features=X)`, X (nodes, F) float32, see
+    `CompiledModel.__call__`).  Returns a `CompiledModel`: numpy (B, H), the first state at
+    each root.  Errors in the function raise TypeError/ValueError
     naming its line.
 
     Example::
@@ -168,6 +169,6 @@ def compile(fn, weights, max_children: int = 2, target="llvm", schedule=None, tu
         return ProgramModel(fn, weights).compile(target=target, schedule=schedule, tuning_log=tuning_log,
                                                  max_unroll_depth=max_unroll_depth, precision=precision,
                                                  training=training)
-    return TracedModel(fn, weights, max_children, features).compile(target=target, schedule=schedule, tuning_log=tuning_log,
-                                                          max_unroll_depth=max_unroll_depth, precision=precision,
-                                                          training=training)
+    return TracedModel(fn, weights, max_children, features).compile(
+        target=target, schedule=schedule, tuning_log=tuning_log, max_unroll_depth=max_unroll_depth,
+        precision=precision, training=training)

@@ -297,7 +297,8 @@ class RecScheduleCore:
         message (3 ms), and deriving a schedule asks about ~200 names, most of them absent."""
         for func_name, func in self._functions().items():
             found = []
-            tvm_ffi.structural_walk(func.body, (s_tir.stmt.SBlock, lambda b: found.append(b) if b.name_hint == name else None))
+            tvm_ffi.structural_walk(func.body, (s_tir.stmt.SBlock,
+                                                lambda b: found.append(b) if b.name_hint == name else None))
             if found:
                 return func_name
         return None
