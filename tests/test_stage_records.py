@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
-from cortex_tvm.policy import padding
 from cortex_tvm.data import random_trees
+from cortex_tvm.policy import padding
 from cortex_tvm.target import cpu_info, make_target
+from frontend.cells import tree_fc
 
 V = 30
 
@@ -81,12 +82,6 @@ def test_padding_apply_pads_the_weights_in_blocks():
 
 
 def test_a_traced_model_resized_keeps_its_traces_apart():
-    @ct.recursive
-    def tree_fc(node, p):
-        if node.is_leaf:
-            return p.emb[node.word]
-        return ct.tanh(p.W @ (tree_fc(node.children[0], p) + tree_fc(node.children[1], p)) + p.b)
-
     rng = np.random.default_rng(0)
     weights = {"emb": rng.standard_normal((V, 13), np.float32), "W": rng.standard_normal((13, 13), np.float32),
                "b": rng.standard_normal(13, np.float32)}

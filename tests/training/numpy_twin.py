@@ -48,3 +48,14 @@ def assert_same_gradients(got: dict, want: dict, what: str = "") -> None:
         assert scale > 0, weight                       # the comparison can fail
         np.testing.assert_allclose(got[weight], want[weight], rtol=0, atol=2e-5 * scale,
                                    err_msg=f"{weight} {what}")
+
+
+def assert_forward_then_both_pullbacks(compiled, lin, weights, states, d_states, want) -> None:
+    """The compiled training forward keeps the numpy forward's `states`, then both pullbacks,
+    on its kept values ("backward") and recomputing from `states` ("all"), give `want`."""
+    kept, token = compiled.forward(lin, weights)
+    assert_kept_states(kept, states, lin)
+    for part, values, forwarded in (("backward", kept, token), ("all", states, None)):
+        got = compiled.vjp(lin, values, weights, [d.copy() for d in d_states], forwarded=forwarded)
+        assert compiled.level_pass.last_run[0] == part
+        assert_same_gradients(got, want, part)

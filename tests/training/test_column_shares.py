@@ -12,7 +12,7 @@ from cortex_tvm.bench.cases import OPTIONS, structures
 from cortex_tvm.stage_numpy import StageNumpy
 from cortex_tvm.target import make_target
 
-from .numpy_twin import assert_kept_states, assert_same_gradients, numpy_gradients, random_adjoints
+from .numpy_twin import assert_forward_then_both_pullbacks, numpy_gradients, random_adjoints
 
 H = 6
 #: three shares whatever this machine's cores (the code is built for the target's)
@@ -35,12 +35,7 @@ def test_the_split_forward_gives_the_numpy_gradients(name, sst, split_every_cont
     compiled = Adjoint(model.program, model.linearize, make_target(THREE_CORES))
     assert compiled.level_pass is not None and compiled.level_pass.cores == 3
     compiled.distinct_leaves = False                   # the plain layout: `want`'s
-    kept, token = compiled.forward(lin, model.weights)
-    assert_kept_states(kept, states, lin)
-    for part, values, forwarded in (("backward", kept, token), ("all", states, None)):
-        got = compiled.vjp(lin, values, model.weights, [d.copy() for d in d_states], forwarded=forwarded)
-        assert compiled.level_pass.last_run[0] == part
-        assert_same_gradients(got, want, part)
+    assert_forward_then_both_pullbacks(compiled, lin, model.weights, states, d_states, want)
 
 
 def _forward_text(model, cores=3):

@@ -15,7 +15,7 @@ from cortex_tvm.node_features import seeded_batch
 from cortex_tvm.stage_numpy import StageNumpy
 from cortex_tvm.target import make_target
 
-from .numpy_twin import assert_kept_states, assert_same_gradients, numpy_gradients, random_adjoints
+from .numpy_twin import assert_forward_then_both_pullbacks, numpy_gradients, random_adjoints
 
 H, F = 6, 5
 
@@ -33,12 +33,7 @@ def test_the_compiled_pass_gives_the_numpy_gradients_of_weights_and_features(nam
     compiled = Adjoint(model.program, model.linearize, make_target("llvm"))
     assert compiled.level_pass is not None, compiled.level_pass_note
     assert not compiled.distinct_leaves            # a leaf reads its own features, not a word
-    kept, token = compiled.forward(lin, model.weights)
-    assert_kept_states(kept, states, lin)
-    for part, values, forwarded in (("backward", kept, token), ("all", states, None)):
-        got = compiled.vjp(lin, values, model.weights, [d.copy() for d in d_states], forwarded=forwarded)
-        assert compiled.level_pass.last_run[0] == part
-        assert_same_gradients(got, want, part)
+    assert_forward_then_both_pullbacks(compiled, lin, model.weights, states, d_states, want)
 
 
 def test_each_node_adds_into_its_own_features_row():
