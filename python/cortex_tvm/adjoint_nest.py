@@ -38,7 +38,8 @@ POSITION = tirx.Var("position", "int32")
 #: as 8 nodes x 2 vectors or 16 nodes x 1, ran 1.5-2.3x slower on Zen 4 for TreeLSTM H=150)
 SUMS_IN_FLIGHT = 8
 #: the weight bytes from which a contraction of the training forward runs on shares of its
-#: columns (`splits_columns`): Zen 4, interleaved, TreeLSTM h = 150 (U 900 KB) step 2-5% faster,
+#: columns (`splits_columns`): Zen 4, interleaved, TreeLSTM h = 150 (U 900 KB) step 2-5% faster
+#: (1.7% as AVX2 code),
 #: TreeFC h = 150 (W 90 KB, in L2 either way) 4% slower for the extra fork and join
 SPLIT_WEIGHT_BYTES = 256 * 1024
 
@@ -169,8 +170,9 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
 def splits_columns(emitter, block, indices, coeff) -> bool:
     """Whether the nest for `indices` and `coeff` (`emit_nest`) runs on a share of its columns
     per core (`adjoint_runs.column_shares`): a contraction (axes summed) over a vector axis
-    whose summand reads at least SPLIT_WEIGHT_BYTES of weights, which each core then reads a
-    part of instead of all."""
+    whose summand reads at least SPLIT_WEIGHT_BYTES of weights alike at every node, which each
+    core then reads a part of instead of all (a row read through the node's word, an
+    embedding's, counts for nothing: each node reads one row of the table)."""
     used = block.used_axes(indices)
     if not block.summed_axes(used) or not any(v.same_as(indices[-1]) for v, _ in used):
         return False
@@ -178,7 +180,7 @@ def splits_columns(emitter, block, indices, coeff) -> bool:
 
     def visit(load):
         weight = emitter.weight_of(load.source)
-        if weight is not None:
+        if weight is not None and not emitter.reads_node(load):
             found[weight.name] = math.prod(weight.shape) * bytes_of(weight.dtype)
     tvm_ffi.structural_walk(coeff, (tvm.ir.TensorLoad, visit), order="post")
     return sum(found.values()) >= SPLIT_WEIGHT_BYTES

@@ -84,3 +84,16 @@ def test_only_weights_of_split_weight_bytes_are_split():
     assert big.weights["U"].nbytes >= adjoint_nest.SPLIT_WEIGHT_BYTES > big.weights["W"].nbytes
     leaves = text.split("for v_5 in range(1, 1 + (v - 2)):")[0]
     assert leaves.count("T.parallel(3)") == 1
+
+
+def test_a_row_read_through_the_word_does_not_count_as_the_weights_bytes():
+    """TreeLSTM's leaves read emb[word[n], e]: each node one row, whatever the vocabulary.  With
+    20,000 words the table is 1.3 MB, over SPLIT_WEIGHT_BYTES, and the leaves' W (3 KB at h = 16)
+    under it: the leaves stay in runs of nodes."""
+    model = ct.models.TreeLSTM(hidden_size=16, vocab_size=20000)
+    assert model.weights["emb"].nbytes >= adjoint_nest.SPLIT_WEIGHT_BYTES
+    text, stages, numpy_stages = _forward_text(model)
+    assert text.split("for v_5 in range(1, 1 + (v - 2)):")[0].count("T.parallel(3)") == 1
+    emitter = StageEmitter(stages["leaf"], numpy_stages["leaf"], 8, 3)
+    assert not any(adjoint_nest.splits_columns(emitter, block, block.out_indices, block.body)
+                   for block in emitter.blocks)

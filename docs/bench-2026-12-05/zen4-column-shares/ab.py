@@ -1,4 +1,5 @@
-"""Column shares vs node runs for the backward's contractions, interleaved call by call.
+"""Column shares vs node runs for the training pass's contractions (`adjoint_emit.splits_columns`:
+the forward's and, in the first runs, the backward levels'), interleaved call by call.
 Usage: PYTHONPATH=python python ab.py H X B [repeats] [groups]"""
 import json, os, sys, time
 os.environ.setdefault("TVM_NUM_THREADS", "2")

@@ -211,6 +211,6 @@ def padded_model(model, target):
 
 def compiled_form(model, target):
     """Deprecated: the old name of `padded_model`, which returns the padded model."""
-    warnings.warn("cortex_tvm.padding.compiled_form is deprecated; use padded_model (same arguments)",
+    warnings.warn("compiled_form is deprecated; use cortex_tvm.policy.padding.padded_model (same arguments)",
                   DeprecationWarning, stacklevel=2)
     return padded_model(model, target)
