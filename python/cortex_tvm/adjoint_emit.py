@@ -198,10 +198,10 @@ class StageEmitter:
     def emit_recompute(self, bufs, offset, size, parallel: bool, row_base=0, write_states: bool = False):
         """Add the computation of every block's value for the stage's nodes [offset, offset +
         size) (rows row_base ..) to the function being built; no node waits for another.  A
-        contraction with a weight (`splits_columns`) runs on a share of its columns per core over
-        all the nodes, so each core reads its part of the weight (TreeLSTM h = 150, x = 300 on
-        Zen 4, interleaved: the training step 5% faster at batch 10, 4% at h = 300; the
-        backward's levels gained nothing that way and keep their runs of nodes).
+        contraction with a large weight (`splits_columns`) runs on a share of its columns per
+        core over all the nodes, so each core reads its part of the weight (measured at
+        `adjoint_nest.SPLIT_WEIGHT_BYTES`; the backward's levels gained nothing that way and keep
+        their runs of nodes).
         write_states: also write each node's states (its rows of the state arrays) from the
         blocks that make them, as the forward does."""
         def write_state(state, value, row, node):

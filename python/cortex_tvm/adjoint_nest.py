@@ -27,7 +27,7 @@ from tvm.script.ir_builder import tirx as Tb
 
 from .linearize import NULL_SLOT
 from .target import bytes_of
-from .tir_builder import axes_grid, column_chunks, uses, vector_loop
+from .tir_builder import axes_grid, chunk_count, column_chunks, nth_chunk, uses, vector_loop
 
 #: stands for the row of the node in a stage's value and adjoint arrays in expressions built
 #: before the node's loop exists
@@ -39,8 +39,8 @@ POSITION = tirx.Var("position", "int32")
 SUMS_IN_FLIGHT = 8
 #: the weight bytes from which a contraction of the training forward runs on shares of its
 #: columns (`splits_columns`): Zen 4, interleaved, TreeLSTM h = 150 (U 900 KB) step 2-5% faster
-#: (1.7% as AVX2 code),
-#: TreeFC h = 150 (W 90 KB, in L2 either way) 4% slower for the extra fork and join
+#: (1.7% as AVX2 code); TreeFC h = 150 (W 90 KB, in L2 either way) 4% slower for the extra
+#: fork and join
 SPLIT_WEIGHT_BYTES = 256 * 1024
 
 
@@ -138,28 +138,16 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         every outer index, numbered outer index by outer index, split into `shares` runs."""
         for tile_size, tiles, _ in run.tiles():
             width = emitter.lanes * (SUMS_IN_FLIGHT // tile_size)
-            extent = int(inner[1])
-            whole, rest = extent // width, extent % width
-            per_outer = whole + (1 if rest else 0)
+            per_outer = chunk_count(inner[1], width)
             total = per_outer * math.prod(int(ext) for _, ext in outer)
             first, last = Tb.bind(share * total // shares), Tb.bind((share + 1) * total // shares)
             with Tb.serial(first, last) as chunk_number:
                 outer_map = _unravel(chunk_number // per_outer, outer)
-                chunk = chunk_number % per_outer
 
                 def emit(column_of, width, vector, tiles=tiles, outer_map=outer_map):
                     with tiles() as level:  # (the whole tiles' loop inside the chunk, as above)
                         accumulate_tile(outer_map, level, column_of, width, vector)
-                if whole and rest:
-                    with Tb.If(chunk < whole):
-                        with Tb.Then():
-                            emit(lambda lane: chunk * width + lane, width, True)
-                        with Tb.Else():
-                            emit(lambda lane: whole * width + lane, rest, rest > 1)
-                elif whole:
-                    emit(lambda lane: chunk * width + lane, width, True)
-                else:
-                    emit(lambda lane: lane, rest, rest > 1)
+                nth_chunk(inner[1], width, chunk_number % per_outer, emit)
 
     if summed and run.columns is not None:
         accumulated_share(*run.columns)

@@ -107,16 +107,15 @@ def column_shares(offset, size, row_base, shares, body):
 
 def segments(items, split) -> list:
     """[(split, [items])]: `items` in order, in runs of those `split` marks (one item each) and of
-    the others (as many as follow one another); the first is never a split one, though it may
-    be empty."""
-    out = [(False, [])]
+    the others (as many as follow one another)."""
+    out = []
     for item in items:
         if split(item):
             out.append((True, [item]))
-        elif out[-1][0]:
-            out.append((False, [item]))
-        else:
+        elif out and not out[-1][0]:
             out[-1][1].append(item)
+        else:
+            out.append((False, [item]))
     return out
 
 
@@ -129,13 +128,11 @@ def in_segments(items, splits, nodes, shares, node_runs, emit, after=None):
     split this is one loop, as before the split existed."""
     offset, size, row_base, parallel = nodes
     groups = segments(items, lambda item: parallel and shares > 1 and splits(item))
-    if after is not None and groups[-1][0]:
+    if after is not None and (not groups or groups[-1][0]):
         groups.append((False, []))
     last = len(groups) - 1
     for index, (split, group) in enumerate(groups):
         tail = after if index == last else None
-        if not split and not group and tail is None:
-            continue
 
         def body(run, group=group, tail=tail):
             emit(run, group)

@@ -20,7 +20,35 @@ def column_chunks(extent, lanes, chunk):
         with Tb.serial(0, whole) as k_outer:
             chunk(lambda lane: k_outer * lanes + lane, lanes, True)
     if extent % lanes:
-        chunk(lambda lane: whole * lanes + lane, extent % lanes, extent % lanes > 1)
+        _last_chunk(extent, lanes, chunk)
+
+
+def chunk_count(extent, lanes) -> int:
+    """How many chunks `column_chunks` makes of range(extent)."""
+    return -(-int(extent) // lanes)
+
+
+def nth_chunk(extent, lanes, index, chunk):
+    """chunk(column_of, width, vector) for the chunk number `index` (an expression in
+    [0, chunk_count)) of `column_chunks`' layout, chosen at run time."""
+    extent = int(extent)
+    whole = extent // lanes
+    if not extent % lanes:
+        chunk(lambda lane: index * lanes + lane, lanes, True)
+    elif not whole:
+        _last_chunk(extent, lanes, chunk)
+    else:
+        with Tb.If(index < whole):
+            with Tb.Then():
+                chunk(lambda lane: index * lanes + lane, lanes, True)
+            with Tb.Else():
+                _last_chunk(extent, lanes, chunk)
+
+
+def _last_chunk(extent, lanes, chunk):
+    """The columns past the whole vectors, one shorter vector (or one column)."""
+    whole, rest = extent // lanes, extent % lanes
+    chunk(lambda lane: whole * lanes + lane, rest, rest > 1)
 
 
 def vector_loop(extent, lanes, body):

@@ -30,6 +30,13 @@ from . import derive
 SIZE_ATTRS = ("hidden_size", "embed_size")
 
 
+def _padded_attrs(model) -> list:
+    """The attributes of SIZE_ATTRS that `model` has as ints and does not fix (`fixed_sizes`: e.g.
+    the width of features given per call)."""
+    fixed = getattr(model, "fixed_sizes", ())
+    return [a for a in SIZE_ATTRS if isinstance(getattr(model, a, None), int) and a not in fixed]
+
+
 def _axis_layouts(model, attrs) -> dict | None:
     """weight -> per axis: None (keep) or (attr, blocks); None when an axis cannot be padded."""
     base = model.weight_shapes()
@@ -82,8 +89,7 @@ class Padding:
 def padding_of(model, multiple: int) -> Padding | None:
     """How `model`'s sizes in SIZE_ATTRS pad to `multiple` (`Padding`); None when no size needs
     padding or the model's weights cannot be padded (see the module docstring)."""
-    fixed = getattr(model, "fixed_sizes", ())          # e.g. the width of features given per call
-    attrs = [a for a in SIZE_ATTRS if isinstance(getattr(model, a, None), int) and a not in fixed]
+    attrs = _padded_attrs(model)
     sizes = {a: getattr(model, a) for a in attrs}
     targets = {a: -(-v // multiple) * multiple for a, v in sizes.items()}
     if multiple <= 1 or targets == sizes:
@@ -127,8 +133,7 @@ def pad_multiple(model, info, middles=None) -> int:
         middles = internal_middles(RecSchedule(model.lower(specialize_leaves=True)))[1]
     node_tile = derive.default_node_tile(max(middles, default=1), info)
     vectors = derive.column_vectors(min(middles, default=1), node_tile, info.lanes, info.registers, 4)
-    sizes = [getattr(model, a) for a in SIZE_ATTRS
-             if isinstance(getattr(model, a, None), int) and a not in getattr(model, "fixed_sizes", ())]
+    sizes = [getattr(model, a) for a in _padded_attrs(model)]
     for k in (4, 2, 1):
         multiple = info.lanes * k
         if k <= vectors and all(-(-v // multiple) * multiple - v <= MAX_WASTE * v for v in sizes):
