@@ -37,11 +37,13 @@ POSITION = tirx.Var("position", "int32")
 #: the sums a register tile keeps in flight: its nodes x SUMS_IN_FLIGHT / nodes vectors (16,
 #: as 8 nodes x 2 vectors or 16 nodes x 1, ran 1.5-2.3x slower on Zen 4 for TreeLSTM H=150)
 SUMS_IN_FLIGHT = 8
-#: the weight bytes from which a contraction of the training forward runs on shares of its
-#: columns (`splits_columns`): Zen 4, interleaved, TreeLSTM h = 150 (U 900 KB) step 2-5% faster
-#: (1.7% as AVX2 code); TreeFC h = 150 (W 90 KB, in L2 either way) 4% slower for the extra
-#: fork and join
-SPLIT_WEIGHT_BYTES = 256 * 1024
+#: the weight bytes (read alike by every node) from which a contraction of the training forward
+#: runs on shares of its columns (`splits_columns`).  Zen 4, interleaved A/Bs of the step, each
+#: contraction's bytes: faster split with TreeLSTM (h = 100: 400 KB, 2.4%; h = 150: 900 KB,
+#: 2-5%, 1.7% as AVX2 code; h = 300: 3.6 MB, 4%) and TreeGRU (540 KB, 1%); slower with SeqLSTM
+#: (two of 360 KB a level, 2.3-2.5%), ChildSum (270 KB, 1-2%) and TreeFC (90 KB, 4%): the extra
+#: fork and join a level costs more than reading a part of a weight that size saves
+SPLIT_WEIGHT_BYTES = 384 * 1024
 
 
 def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):

@@ -69,12 +69,12 @@ def test_the_ir_splits_the_weights_columns_between_runs_of_nodes(split_every_con
 
 def test_only_weights_of_split_weight_bytes_are_split():
     """TreeLSTM's U at h = 16 (10 KB) stays in runs of nodes (one parallel loop a level); at
-    h = 96 (369 KB, over SPLIT_WEIGHT_BYTES) its product with the children's h is split (two:
+    h = 112 (502 KB, over SPLIT_WEIGHT_BYTES) its product with the children's h is split (two:
     the product on shares of its columns, then the gates and states in runs of nodes), while
-    the leaves' W (110 KB) is not."""
+    the leaves' W (151 KB) is not."""
     small, _, _ = _forward_text(ct.models.TreeLSTM(hidden_size=16, vocab_size=20))
     assert small.split("for v_5 in range(1, 1 + (v - 2)):")[1].count("T.parallel(3)") == 1
-    big = ct.models.TreeLSTM(hidden_size=96, vocab_size=20)
+    big = ct.models.TreeLSTM(hidden_size=112, vocab_size=20)
     text, stages, numpy_stages = _forward_text(big)
     assert text.split("for v_5 in range(1, 1 + (v - 2)):")[1].count("T.parallel(3)") == 2
     emitter = StageEmitter(stages["internal"], numpy_stages["internal"], 8, 3)
