@@ -107,6 +107,37 @@ def test_derived_ir_for_avx2_uses_8_lanes():
     assert tiles["leaf_gates_sum"]["lanes"] == 8 and tiles["leaf_gates_sum"]["node_tile"] == 2
 
 
+def test_column_tiles_share_evenly_among_cores():
+    """parallel_columns hands each core ceil(tiles / cores) column tiles: for the leaf level's
+    GEMMs the derived schedule takes the widest tile among those that leave each core the
+    fewest columns."""
+    assert derive.dividing_vectors(2, [160], 16) == 2               # one core: the widest that divides
+    assert derive.dividing_vectors(2, [160], 16, cores=2) == 1      # 5 tiles: 3 and 2; 10 tiles: 5 and 5
+    assert derive.dividing_vectors(2, [256], 16, cores=2) == 2      # 8 tiles: 4 and 4
+    assert derive.dividing_vectors(4, [64], 16, cores=2) == 2       # 1 tile would leave a core idle
+    assert derive.dividing_vectors(4, [960], 16, cores=2) == 4      # 8 x 4 vectors a core; 10 x 3: too small a cut
+    assert derive.dividing_vectors(3, [336], 16, cores=2) == 3      # 4 x 3 against 11 x 1: the same
+    assert derive.dividing_vectors(2, [224], 16, cores=2) == 2      # 8 against 7: a cut of 1/8 is not enough
+    assert derive.dividing_vectors(4, [150], 16, cores=2) == 1      # none divides
+    # TreeLSTM fed features at H=160: the leaves' GEMM (three gates of W) in tiles of one
+    # vector on two cores, of two on one; U's tile (one vector: 5 x 3 accumulators) is the same
+    model = ct.models.TreeLSTM(160, embed_size=48, inputs="features")
+    one_core = CpuInfo(lanes=16, registers=32, cores=1, isa="avx512", mcpu="znver4")
+    for info, w_tile in ((AVX512, 16), (one_core, 32)):
+        rs = derive.derive(ct.RecSchedule(model.lower(specialize_leaves=False)), info)
+        packs = {s.args["weight"]: s.args["tile"] for s in rs.trace if s.primitive == "pack"}
+        assert packs == {"W": w_tile, "U": 16}
+        tiles = {s.args["block"]: s.args["column_tile"] for s in rs.trace if s.primitive == "tile_gemm"}
+        assert tiles["leaf_gates_sum"] == w_tile and tiles["gates_sum"] == 16
+    # without parallel columns one core takes them all: the widest tile
+    rs = derive.derive(ct.RecSchedule(model.lower(specialize_leaves=False)), AVX512, parallel_columns=False)
+    assert {s.args["weight"]: s.args["tile"] for s in rs.trace if s.primitive == "pack"}["W"] == 32
+    # an internal level's GEMM keeps the widest tile (small levels: see weight_tiles): TreeFC
+    # H=64's W is one tile of 64 columns on two cores
+    rs = derive.derive(ct.RecSchedule(ct.models.TreeFC(64, 50).lower(specialize_leaves=False)), AVX512)
+    assert {s.args["weight"]: s.args["tile"] for s in rs.trace if s.primitive == "pack"} == {"W": 64}
+
+
 def test_register_tiled_reduction_ir_and_numbers():
     """MV-RNN's per-node matrix product A_sum[n, i, j] += WM[i, k] * A[child, k, j] (its broadcast
     operand is a weight row): derive tiles it 4 rows x 2 vectors, loop order and numbers checked;

@@ -19,7 +19,9 @@ register is and how many there are.  From that:
   matrix product whose broadcast operand is a weight row (MV-RNN's WM [A_l; A_r]) gets a
   register tile of rows x column vectors (`reduction_tile`);
 - leaves are hoisted into per-word tables when the leaf case reads only the
-  word; column tiles run in parallel across cores, and so do the nodes of a
+  word; column tiles run in parallel across cores (a weight only the leaf level
+  reads, such as a projection of per-node features, in tiles that share its
+  columns evenly: `dividing_vectors`), and so do the nodes of a
   stage that is not a weight GEMM when it does at least PARALLEL_NODE_WORK
   iterations per node (the knob parallel_columns=False keeps every stage
   on one core); with `persistent_threads`,
@@ -65,22 +67,63 @@ def column_vectors(gemm_middle: int, node_tile: int, lanes: int, registers: int,
                 if fits(node_tile * gemm_middle * v, node_tile, lanes, registers, dtype)], default=1)
 
 
-def dividing_vectors(vectors: int, columns, lanes: int) -> int:
-    """The most column vectors, at most `vectors`, whose tile divides every extent in `columns`."""
-    while vectors > 1 and any(c % (vectors * lanes) for c in columns):
-        vectors -= 1
-    return vectors
+#: the cut in each core's columns (`dividing_vectors`) that a narrower tile must exceed to be taken
+MIN_BALANCE_GAIN = 0.125
 
 
-def weight_tiles(found: list, node_tile: int, lanes: int, registers: int, most: int) -> dict:
-    """weight -> column tile: the widest that divides every reader's columns and fits each reader."""
+def dividing_vectors(vectors: int, columns, lanes: int, cores: int = 1) -> int:
+    """The column vectors, at most `vectors`, of a tile that divides every extent in `columns`:
+    the widest, unless a narrower one shares the tiles among `cores` so much more evenly that
+    each core's columns drop by more than MIN_BALANCE_GAIN (`parallel_columns`: TVM hands each
+    core ceil(tiles / cores) of them); then the narrower with the fewest columns a core.
+
+    TreeLSTM fed 768 features at H=160 (padded from 150), whose leaves' GEMM reads W in tiles
+    of the three gates' columns: two vectors (32 columns) make 5 tiles, 3 and 2 on two cores
+    (96 columns for one core); one vector makes 10, 5 each (80): the kernel 8-16% faster on
+    Zen 4 (batch 1, 10, 64).  A smaller cut does not pay for the narrower tile's extra loads:
+    ChildSum's three gates at H=112 (7 tiles of 3 vectors, 21 of one: 12 against 11 vectors a
+    core) ran 5-6% slower with one vector at batch 10 and 64, TreeGRU's two at H=112 (8
+    against 7) 3-4% slower."""
+    fitting = [v for v in range(1, vectors + 1) if not any(c % (v * lanes) for c in columns)] or [1]
+
+    def per_core(v):
+        return sum(-(-(c // (v * lanes)) // cores) * v for c in columns)
+    widest = max(fitting)
+    narrower = [v for v in fitting if per_core(v) < (1 - MIN_BALANCE_GAIN) * per_core(widest)]
+    return min(narrower, key=lambda v: (per_core(v), -v)) if narrower else widest
+
+
+def weight_tiles(found: list, node_tile: int, lanes: int, registers: int, most: int, cores: int = 1,
+                 balanced=frozenset()) -> dict:
+    """weight -> column tile: the widest that divides every reader's columns and fits each reader;
+    for the weights in `balanced` (`leaf_weights`), among those that share the columns most
+    evenly among `cores` (`dividing_vectors`).
+
+    Only the leaf level's weights: it holds every leaf of the batch at once.  An internal
+    level holds one to three nodes at batch 1, and there the narrower tile's extra column
+    tiles cost more than the balance gains (Zen 4, 2 cores, in-process A/Bs: TreeFC H=64 and
+    300 15% slower at batch 1, SeqGRU H=64 14% slower at batch 10; DAG-RNN H=150 15% faster
+    at batch 10 and 64, TreeGRU H=320 5-6%)."""
     tiles = {}
     for weight in {g.weight for g in found}:
         readers = [g for g in found if g.weight == weight]
         vectors = min(column_vectors(g.middle, node_tile, lanes, registers, most, g.dtype) for g in readers)
-        vectors = dividing_vectors(vectors, [g.columns for g in readers], lanes)
+        vectors = dividing_vectors(vectors, [g.columns for g in readers], lanes,
+                                   cores if weight in balanced else 1)
         tiles[weight] = vectors * lanes if all(g.columns % lanes == 0 for g in readers) else None
     return tiles
+
+
+def column_cores(info, parallel_columns: bool) -> int:
+    """The cores that share a weight's column tiles: the CPU's with `parallel_columns`, else one."""
+    return info.cores if parallel_columns and info.cores > 1 else 1
+
+
+def leaf_weights(rs, found) -> frozenset:
+    """The weights that only the leaf level's GEMMs read in the kernel (not in hoisted tables,
+    `hoist`, which run once on the weights): a model fed per-node features projects them so."""
+    leaves = set(rs.block_names("leaves")) if rs.has_block("leaves") else set()
+    return frozenset(w for w in {g.weight for g in found} if all(g.block in leaves for g in found if g.weight == w))
 
 
 def _leaves_compute(rs) -> bool:
@@ -107,7 +150,8 @@ def derive(rs, info, node_tile: int = 3, max_column_vectors: int = 4, lanes: int
     unrolled = recursion_depth > 1
     parallel_columns = parallel_columns and not unrolled
     found = _prepare(rs, node_tile, hoist, level_tails and not unrolled, program_gemms)
-    tiles = weight_tiles(found, node_tile, lanes, info.registers, max_column_vectors)
+    tiles = weight_tiles(found, node_tile, lanes, info.registers, max_column_vectors,
+                         column_cores(info, parallel_columns), leaf_weights(rs, found))
     for weight, tile in sorted(tiles.items()):
         if tile is not None:
             g = next(g for g in found if g.weight == weight)
@@ -180,10 +224,12 @@ def distinct_points(points, make_schedule, info, program_gemms=None) -> list:
             gemms_found = _prepare(rs, nt, hoist, program_gemms=program_gemms)
             # a hoisted leaf table is computed once from the weights, outside the kernel
             kernel = {g.weight for g in gemms_found if rs._function_of(g.block) == FUNC_NAME}
-            found[(nt, hoist)] = (gemms_found, kernel)
-        gemms_found, kernel = found[(nt, hoist)]
+            found[(nt, hoist)] = (gemms_found, kernel, leaf_weights(rs, gemms_found))
+        gemms_found, kernel, balanced = found[(nt, hoist)]
         lanes = knobs.get("lanes") or info.lanes
-        tiles = weight_tiles(gemms_found, nt, lanes, info.registers, int(knobs.get("max_column_vectors", 4)))
+        cores = column_cores(info, knobs.get("parallel_columns", True) and knobs.get("recursion_depth", 1) <= 1)
+        tiles = weight_tiles(gemms_found, nt, lanes, info.registers, int(knobs.get("max_column_vectors", 4)), cores,
+                             balanced)
         key = (tuple(sorted((k, v) for k, v in knobs.items() if k != "max_column_vectors")),
                tuple(sorted((w, t) for w, t in tiles.items() if w in kernel)))
         if key not in seen:
