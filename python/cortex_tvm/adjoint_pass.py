@@ -135,7 +135,7 @@ class LevelPass:
             elif role == "transposed":                        # read by the values' computation only
                 weight = np.asarray(weights[param[1].name], np.float32)
                 args.append(self._held(position, weight.shape[::-1]))
-                if part != "backward":
+                if part != "backward" and self.device is not None:      # (a CPU pass transposes it)
                     np.copyto(args[-1], weight.T)
             elif role == "weight_read":
                 _, stage, key, ordinal, shape, weight, index = param

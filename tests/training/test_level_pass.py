@@ -19,6 +19,7 @@ from cortex_tvm.adjoint import Adjoint
 from cortex_tvm.stage_numpy import StageNumpy
 from cortex_tvm.target import make_target
 
+from .ir_text import after_transposes
 from .numpy_twin import assert_same_gradients, numpy_gradients, random_adjoints, zoo_case
 
 H = 6
@@ -68,6 +69,28 @@ def _tree_fc_pass(parallel=True):
     stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
     numpy_stages = {n: StageNumpy(s) for n, s in stages.items()}
     return adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=8, parallel=parallel, cores=3)
+
+
+def test_the_passes_that_compute_values_transpose_the_weights_themselves():
+    """The values' computation reads TreeFC's W (16 x 16) transposed, one vector per load: the
+    "all" and "forward" parts write W_T from W first, in a parallel loop over tiles of 16 rows
+    of W (the host copies nothing: the array is the function's own scratch); "backward", which
+    computes no value, neither writes nor reads it."""
+    model = ct.models.TreeFC(hidden_size=16, vocab_size=20)
+    stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
+    numpy_stages = {n: StageNumpy(s) for n, s in stages.items()}
+    transpose = "W_T[v_6 * 16 + v_7, v_5 * 16 + v_8] = W[v_5 * 16 + v_8, v_6 * 16 + v_7]"
+    for part in ("all", "forward", "backward"):
+        func, params = adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=8, parallel=True,
+                                                 cores=3, part=part)
+        text = func.script()
+        assert (text.count(transpose) == 1) == (part != "backward"), part
+        if part != "backward":
+            head, rest = text.split(transpose)
+            assert head.endswith("    for v_5 in T.parallel(1):\n        for v_6, v_7, v_8 in T.grid(1, 16, 16):\n"
+                                 "            ") and "W_T[" not in head
+            assert "W_T[" in rest                                   # read after it, by the values
+        assert [p[1].name for p in params if p[0] == "transposed"] == ["W"]      # every part takes it
 
 
 def test_the_level_pass_ir():
@@ -135,7 +158,7 @@ def test_the_level_pass_ir():
     assert "T.parallel(" not in by_word
     assert re.search(r"^\s*(emb|W|b)\[.*\] =", text, re.M) is None
     serial, _ = _tree_fc_pass(parallel=False)                 # a DAG's: the weights' sums stay parallel
-    assert "T.parallel(" not in serial.script().split("    for v_5 in T.parallel(2):")[0]
+    assert "T.parallel(" not in after_transposes(serial.script()).split("    for v_5 in T.parallel(2):")[0]
     assert "T.min(v_" not in recompute + levels               # no node clamped, none computed twice
 
 
