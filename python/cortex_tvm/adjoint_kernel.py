@@ -277,7 +277,8 @@ def _emit_repeated_leaves(arrays: dict, sources, first_repeat, count, lanes, cop
 def _emit_transpose(source, out, tile: int = 16):
     """out[c, r] = source[r, c], in tiles of `tile` x `tile` elements (each tile's rows and
     columns a few cache lines) shared among the cores.  numpy's strided copy of TreeLSTM h=150's
-    U (800 x 320) and W took about 0.24 ms a training step on Zen 4, on one core."""
+    U (750 x 300) and W (450 x 300, x = 300), on one core, cost 0.15-0.26 ms a training step
+    more than this on Zen 4 (docs/training.md, "Speed")."""
     rows, cols = (int(d) for d in source.shape)
     with Tb.parallel(0, -(-rows // tile)) as row_tile:
         with Tb.serial(0, -(-cols // tile)) as col_tile:

@@ -148,3 +148,13 @@ def check_cpu(recorded: dict, lib_path, host_features=None) -> None:
                          f"{', '.join(missing)} (built with mcpu={recorded.get('mcpu')!r}, "
                          f"mattr={recorded.get('mattr')}); recompile on this machine or build for its "
                          "CPU, e.g. target={'kind': 'llvm', 'mcpu': 'haswell'} for AVX2")
+
+
+def cannot_run_here(target):
+    """Why this CPU cannot run code compiled for `target` (a sentence), or None when it can."""
+    try:
+        check_cpu(target_cpu(target), "the compiled model")
+    except ValueError as err:
+        return (f"run: this model was compiled for another CPU, so it can be inspected and exported "
+                f"but not run here: {str(err).removeprefix('load: ')}")
+    return None

@@ -8,34 +8,17 @@ import numpy as np
 import tvm
 
 from . import export as _export
-from . import integrity
 from . import linearize as _linearize
 from . import torch_interop
+from .integrity import cannot_run_here  # noqa: F401 (compiler and tests import it here)
 # ALIGN, aligned and model_weight_arrays: re-exported, tests read them here
 from .kernel_args import ALIGN, aligned, aligned_empty, kernel_weights, launch, model_weight_arrays  # noqa: F401
+from .call_args import NO_TREES, adjoint_array, one_input
 from .node_features import check_slot_rows
 from .plan import CHECK_FUNC, kernel_names
 from .weights import checked_weights, pad_blocks
 
 _INT32 = np.dtype(np.int32)
-
-
-class _NoTrees:
-    """The default of `trees` in __call__ and vjp: given nothing (None is a bad batch, refused by
-    the linearizer); its repr keeps the generated API reference the same from run to run."""
-
-    def __repr__(self):
-        return "<no trees>"
-
-
-_NO_TREES = _NoTrees()
-
-
-def _one_input(trees, parents, words, prefix: str) -> None:
-    """ValueError unless exactly one of trees and parents= (with words=) was given."""
-    if (trees is _NO_TREES) == (parents is None) or (words is not None and parents is None):
-        raise ValueError(f"{prefix}call with trees (a list of Nodes) or with parents= and words= (arrays), "
-                         "exactly one of the two")
 
 
 class _Workspace(threading.local):
@@ -89,13 +72,13 @@ class CompiledModel:
         self.weight_padding = {name: [tuple(p) for p in pads] for name, pads in (weight_padding or {}).items()}
         #: the model's weights (exported as they are) and the kernel's arguments made from them
         self.model_weights = weights
+        self._upload_lock = threading.RLock()
         #: why this CPU cannot run the code (compiled for another one, e.g. AVX-512 code on an AVX2
         #: host, to inspect or export it), else None: nothing of it runs here, not even the transforms
         self._foreign = None if target.kind.name == "cuda" else cannot_run_here(target)
         self._weights = None if target.kind.name == "cuda" or self._foreign else \
             kernel_weights(executable, signature, weights)
         self._workspace = _Workspace()
-        self._upload_lock = threading.Lock()
         self._functions = [executable[n] for n in kernel_names(plan)]
         #: the compiled bounds check (`check_kernel`), where the module has one (CPU, and exports
         #: made since it exists); else run(lin) checks in numpy only
@@ -150,12 +133,40 @@ class CompiledModel:
             check_slot_rows(lin, *self.signature.node_features[0])
         if self.target.kind.name == "cuda":
             return self._run_cuda(lin)
+        weights = self._weights if self._weights is not None else self._settle_weights()
         states = self._state_buffers(lin.num_slots)
         _, shape, dtype = self._states[0]
         out = np.empty((len(lin.roots),) + shape, dtype)
-        launch(self._functions, self.signature.structure_args(lin) + [*self._weights, *states, out],
+        launch(self._functions, self.signature.structure_args(lin) + [*weights, *states, out],
                lin, self.signature, self.plan)
         return self._visible(out), states
+
+    @property
+    def model_weights(self) -> dict:
+        """The model's weights in the kernel's sizes (exported as they are)."""
+        self._settle_weights()
+        return self._model_weights
+
+    @model_weights.setter
+    def model_weights(self, arrays):
+        self._model_weights, self._pending = arrays, None
+
+    def _settle_weights(self):
+        """Pad and transform the weights a training model's `load_weights` left for the kernel;
+        returns the kernel's weight arguments (None on a GPU: uploaded at its next call)."""
+        with self._upload_lock:
+            if self._pending is not None:
+                start, user, reads = time.perf_counter(), self._pending, self._kernel_reads()
+                self._model_weights = {name: pad_blocks(user[name], self.weight_padding.get(name, ()))
+                                       for name in reads}
+                if self.target.kind.name != "cuda" and not self._foreign:
+                    self._weights = kernel_weights(self.executable, self.signature, self._model_weights)
+                self._pending = None
+                self.transform_seconds += time.perf_counter() - start
+            return self._weights
+
+    def _kernel_reads(self) -> dict:
+        return _export.user_weight_shapes(self.signature, self.weight_padding)
 
     def check(self, lin: _linearize.Linearized) -> None:
         """ValueError unless `lin` is safe for this kernel (see `run`).
@@ -230,7 +241,7 @@ class CompiledModel:
         device.sync()
         return self._visible(out.numpy()), [s.numpy() for s in states]
 
-    def __call__(self, trees=_NO_TREES, all_nodes: bool = False, *, parents=None, words=None, features=None):
+    def __call__(self, trees=NO_TREES, all_nodes: bool = False, *, parents=None, words=None, features=None):
         """Root state of each tree, (B, *state shape); with all_nodes=True, a list with each
         tree's per-node states in `cortex_tvm.data.postorder` order.  Or a forest as arrays,
         parents= (node i's parent, -1 at a root) and words= (-1: none), no Nodes built: the
@@ -242,7 +253,7 @@ class CompiledModel:
         in post-order (a DAG model's in `data.dag_postorder`), trees in batch order; with
         parents=, node order (words= may be left out).
         Every row is checked for shape, dtype and NaN/inf before the kernel runs."""
-        _one_input(trees, parents, words, "")
+        one_input(trees, parents, words, "")
         lin = (self.linearize(trees, features) if parents is None
                else self.linearize_parents(parents, words, features))
         out, states = self.run(lin, check=self.bounds_check)      # linearize's arrays are valid
@@ -257,25 +268,29 @@ class CompiledModel:
         next call on, without recompiling: they are checked, padded to the kernel's sizes, and the
         parameter transforms (packing, leaf tables) run again; `transform_seconds` says how long
         that took.  A model compiled with training=True takes all of its weights (the backward
-        reads them too); otherwise the ones the kernel reads.  Returns self."""
+        reads them too); otherwise the ones the kernel reads.  Returns self.
+
+        With training=True the padding and the transforms wait for the kernel's next run (their
+        seconds are added to `transform_seconds` then): a `vjp` whose forward is the backward's
+        own reads the weights as given, so a training step at batch 10 or 25 makes none of them
+        (`as_torch` calls this after every optimizer step)."""
         start = time.perf_counter()
-        kernel_reads = _export.user_weight_shapes(self.signature, self.weight_padding)
+        kernel_reads = self._kernel_reads()
         expected = kernel_reads if self.adjoint is None else \
             {name: (array.shape, "float32") for name, array in self.training_weights.items()}
         user = checked_weights(weights, expected, self.aliases, "load_weights")     # one copy, validated
-        arrays = {name: pad_blocks(user[name], self.weight_padding.get(name, ())) for name in kernel_reads}
-        if self.target.kind.name == "cuda" or self._foreign:
-            with self._upload_lock:
-                self.model_weights, self._weights = arrays, None       # made again on the next call
-        else:
-            self._weights = kernel_weights(self.executable, self.signature, arrays)
-            self.model_weights = arrays
-        if self.adjoint is not None:
-            self.training_weights = user
+        with self._upload_lock:
+            if self.adjoint is not None:                     # padded and transformed when next needed
+                self.training_weights, self._pending, self._weights = user, user, None
+            else:
+                self.model_weights = {name: pad_blocks(user[name], self.weight_padding.get(name, ()))
+                                      for name in kernel_reads}
+                self._weights = None if self.target.kind.name == "cuda" or self._foreign else \
+                    kernel_weights(self.executable, self.signature, self._model_weights)
         self.transform_seconds = time.perf_counter() - start
         return self
 
-    def vjp(self, trees=_NO_TREES, all_nodes: bool = False, *, parents=None, words=None, features=None):
+    def vjp(self, trees=NO_TREES, all_nodes: bool = False, *, parents=None, words=None, features=None):
         """The forward on `trees` and its pullback: ``out, vjp = compiled.vjp(trees)``, then
         ``grads = vjp(d_out)`` maps every weight's name to the gradient of sum(d_out * out) with
         respect to it, in the user's sizes (the kernel's padding removed).  A model that reads
@@ -298,7 +313,7 @@ class CompiledModel:
             raise ValueError("vjp: this model has no backward pass: compile it with training=True "
                              "(model.compile(training=True) or ct.compile(..., training=True)); a model "
                              "loaded from an export has none")
-        _one_input(trees, parents, words, "vjp: ")
+        one_input(trees, parents, words, "vjp: ")
         arrays = parents is not None
         # one node per slot, level by level
         plain = self.adjoint.layout(
@@ -328,10 +343,10 @@ class CompiledModel:
         def pullback(d_out):
             d_states = adjoint.state_adjoints(plain.num_slots)
             if all_nodes:
-                d_rows = _adjoint_array(d_out, (len(plain.node_slots),) + shape, "per-node states", True)
+                d_rows = adjoint_array(d_out, (len(plain.node_slots),) + shape, "per-node states", True)
                 d_states[0][plain.node_slots] += d_rows
             else:
-                d_rows = _adjoint_array(d_out, (len(plain.roots),) + shape, "root states", False)
+                d_rows = adjoint_array(d_out, (len(plain.roots),) + shape, "root states", False)
                 np.add.at(d_states[0], plain.roots, d_rows)
             grads = adjoint.vjp(plain, saved, weights, d_states, forwarded=token, scratch=True)
             # (not grads.get(name, np.zeros_like(w)): that zeroes a copy of every weight, the
@@ -360,28 +375,6 @@ class CompiledModel:
         """Generated source: CUDA for a GPU target, LLVM IR for the CPU."""
         mod = self.executable.mod
         return (mod.imports[0] if len(mod.imports) else mod).inspect_source()
-
-
-def cannot_run_here(target):
-    """Why this CPU cannot run code compiled for `target` (a sentence), or None when it can."""
-    try:
-        integrity.check_cpu(integrity.target_cpu(target), "the compiled model")
-    except ValueError as err:
-        return (f"run: this model was compiled for another CPU, so it can be inspected and exported "
-                f"but not run here: {str(err).removeprefix('load: ')}")
-    return None
-
-
-def _adjoint_array(d_out, shape, what, concatenate) -> np.ndarray:
-    """d_out as one float32 array of `shape`; ValueError naming what was expected otherwise."""
-    if concatenate and isinstance(d_out, (list, tuple)):
-        d_out = np.concatenate([np.asarray(d, np.float32) for d in d_out]) if d_out else np.zeros(shape)
-    array = np.asarray(d_out, dtype=np.float32)
-    if array.shape != shape:
-        raise ValueError(f"vjp: the adjoint of the {what} must have shape {shape}, got {array.shape}")
-    if not np.isfinite(array).all():
-        raise ValueError(f"vjp: the adjoint of the {what} holds NaN or infinity")
-    return array
 
 
 def load(path, weights=None) -> CompiledModel:

@@ -85,6 +85,7 @@ def test_the_passes_that_compute_values_transpose_the_weights_themselves():
                                                  cores=3, part=part)
         text = func.script()
         assert (text.count(transpose) == 1) == (part != "backward"), part
+        assert ("W_T[" in text) == (part != "backward"), part
         if part != "backward":
             head, rest = text.split(transpose)
             assert head.endswith("    for v_5 in T.parallel(1):\n        for v_6, v_7, v_8 in T.grid(1, 16, 16):\n"

@@ -131,6 +131,32 @@ def test_an_optimizer_step_reaches_the_kernel_without_recompiling(sst):
     np.testing.assert_allclose(compiled(batch), after, rtol=0, atol=0)
 
 
+def test_new_weights_reach_the_kernel_when_it_next_runs(sst, tmp_path, monkeypatch):
+    """After load_weights a training model's backward reads the new weights as given; the
+    kernel's padding and packing wait for its next run (a step whose forward is the backward's
+    own makes none: as_torch loads after every optimizer step), then equal a fresh compile's,
+    and an export writes them."""
+    trees, vocab = sst
+    batch = trees[20:30]
+    model = ct.models.TreeLSTM(H, len(vocab), seed=3)
+    compiled = model.compile(training=True)
+    monkeypatch.setattr(compiled.adjoint.level_pass, "forward_pays", lambda lin: True)   # whatever the cores
+    rng = np.random.default_rng(0)
+    new = {name: (w + 0.05 * rng.standard_normal(w.shape)).astype(np.float32) for name, w in model.weights.items()}
+    fresh = ct.models.TreeLSTM(H, len(vocab)).load_weights(new)
+    compiled.load_weights(new)
+    loaded = compiled.transform_seconds
+    out, vjp = compiled.vjp(batch)
+    grads = vjp(np.ones_like(out))
+    assert compiled.transform_seconds == loaded                  # the step transformed nothing
+    want_out, want_vjp = fresh.compile(training=True).vjp(batch)
+    np.testing.assert_allclose(out, want_out, rtol=1e-6, atol=1e-7)
+    _assert_grads_close(grads, want_vjp(np.ones_like(want_out)))
+    np.testing.assert_allclose(compiled(batch), fresh.compile()(batch), rtol=1e-5, atol=1e-6)
+    assert compiled.transform_seconds > loaded                   # the kernel's call made them
+    np.testing.assert_allclose(ct.load(compiled.export(tmp_path / "stepped"))(batch), compiled(batch), rtol=0, atol=0)
+
+
 def test_a_module_that_was_not_compiled_for_training_says_so(setup, recwarn):
     trees, model, _ = setup
     module = model.compile().as_torch()

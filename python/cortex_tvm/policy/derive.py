@@ -20,8 +20,8 @@ register is and how many there are.  From that:
   register tile of rows x column vectors (`reduction_tile`);
 - leaves are hoisted into per-word tables when the leaf case reads only the
   word; column tiles run in parallel across cores (a weight only the leaf level
-  reads, such as a projection of per-node features, in tiles that share its
-  columns evenly: `dividing_vectors`), and so do the nodes of a
+  reads, such as a projection of per-node features, in narrower tiles where that
+  cuts each core's columns by more than 1/8: `dividing_vectors`), and so do the nodes of a
   stage that is not a weight GEMM when it does at least PARALLEL_NODE_WORK
   iterations per node (the knob parallel_columns=False keeps every stage
   on one core); with `persistent_threads`,
@@ -81,9 +81,10 @@ def dividing_vectors(vectors: int, columns, lanes: int, cores: int = 1) -> int:
     of the three gates' columns: two vectors (32 columns) make 5 tiles, 3 and 2 on two cores
     (96 columns for one core); one vector makes 10, 5 each (80): the kernel 8-16% faster on
     Zen 4 (batch 1, 10, 64).  A smaller cut does not pay for the narrower tile's extra loads:
-    ChildSum's three gates at H=112 (7 tiles of 3 vectors, 21 of one: 12 against 11 vectors a
-    core) ran 5-6% slower with one vector at batch 10 and 64, TreeGRU's two at H=112 (8
-    against 7) 3-4% slower."""
+    ChildSum's three gates at H=100 (padded to 112: 7 tiles of 3 vectors, 21 of one; 12 against
+    11 vectors a core) ran 5-6% slower with one vector at batch 10 and 64, TreeGRU's two at
+    H=100 (8 against 7) 2-4% slower; where the cut is exactly 1/8 the evidence is mixed
+    (TreeGRU H=200 and AVX2 TreeGRU H=100 1-4% faster at batch 10 and 64)."""
     fitting = [v for v in range(1, vectors + 1) if not any(c % (v * lanes) for c in columns)] or [1]
 
     def per_core(v):
@@ -102,8 +103,8 @@ def weight_tiles(found: list, node_tile: int, lanes: int, registers: int, most: 
     Only the leaf level's weights: it holds every leaf of the batch at once.  An internal
     level holds one to three nodes at batch 1, and there the narrower tile's extra column
     tiles cost more than the balance gains (Zen 4, 2 cores, in-process A/Bs: TreeFC H=64 and
-    300 15% slower at batch 1, SeqGRU H=64 14% slower at batch 10; DAG-RNN H=150 15% faster
-    at batch 10 and 64, TreeGRU H=320 5-6%)."""
+    300 15% slower at batch 1, SeqGRU H=64 14% slower at batch 10; DAG-RNN H=150 14-15% faster
+    at batch 10 and 64, TreeGRU H=300 5-6%)."""
     tiles = {}
     for weight in {g.weight for g in found}:
         readers = [g for g in found if g.weight == weight]
@@ -121,7 +122,8 @@ def column_cores(info, parallel_columns: bool) -> int:
 
 def leaf_weights(rs, found) -> frozenset:
     """The weights that only the leaf level's GEMMs read in the kernel (not in hoisted tables,
-    `hoist`, which run once on the weights): a model fed per-node features projects them so."""
+    `hoist`, which run once on the weights): a model fed per-node features projects them so,
+    and so does a word-input model built without leaf tables (hoist=False, training=True)."""
     leaves = set(rs.block_names("leaves")) if rs.has_block("leaves") else set()
     return frozenset(w for w in {g.weight for g in found} if all(g.block in leaves for g in found if g.weight == w))
 
