@@ -16,6 +16,7 @@ says so when the module is made.
 """
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -43,6 +44,11 @@ def to_torch(array: np.ndarray):
 INFERENCE_ONLY = ("as_torch(): inference only. The module has no parameters and its outputs carry no "
                   "gradient, so a loss backpropagated through it does not reach the recursive model's "
                   "weights; train a PyTorch copy of the model and load its state_dict instead")
+#: said when a trained module is made while PyTorch's OpenMP threads spin between its ops
+SPINNING_THREADS = ("as_torch(): PyTorch's OpenMP threads spin for milliseconds after each of its parallel ops, on "
+                    "the cores the compiled model's threads need next: set OMP_WAIT_POLICY=PASSIVE before torch is "
+                    "imported, or torch.set_num_threads(1) (a TreeLSTM training step at batch 25 ran in 14 ms "
+                    "instead of 24 on a 2-core Zen 4; docs/training.md)")
 
 
 def as_torch(compiled):
@@ -51,7 +57,8 @@ def as_torch(compiled):
     forward(trees, all_nodes=True) returns one tensor per tree with its per-node states.
     Compiled with training=True: the weights are parameters and gradients flow (module
     docstring).  Otherwise inference only, and it says so: a UserWarning when the module is made
-    (INFERENCE_ONLY).  torch.save cannot pickle compiled code: save `compiled.export(path)` and
+    (INFERENCE_ONLY).  A trained module warns (SPINNING_THREADS) while torch runs several threads
+    and OMP_WAIT_POLICY is not PASSIVE.  torch.save cannot pickle compiled code: save `compiled.export(path)` and
     `ct.load(path)`; a trained module's weights are in its `state_dict()`.
 
     Example (training; DGL's TreeLSTM recipe is Adagrad, lr 0.05, weight decay 1e-4)::
@@ -64,6 +71,8 @@ def as_torch(compiled):
     """
     if compiled.adjoint is None:
         warnings.warn(INFERENCE_ONLY, UserWarning, stacklevel=3)
+    elif _torch().get_num_threads() > 1 and os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
+        warnings.warn(SPINNING_THREADS, UserWarning, stacklevel=3)
     return _module_class()(compiled)
 
 

@@ -5,6 +5,8 @@ levels, no slots), differentiated by torch.autograd: every weight's whole gradie
 for a loss on the roots and on every node.  Then the module a user trains: parameters named as
 the weights, an optimizer step reaching the compiled kernel, the errors.
 """
+import warnings
+
 import numpy as np
 import pytest
 
@@ -155,6 +157,23 @@ def test_new_weights_reach_the_kernel_when_it_next_runs(sst, tmp_path, monkeypat
     np.testing.assert_allclose(compiled(batch), fresh.compile()(batch), rtol=1e-5, atol=1e-6)
     assert compiled.transform_seconds > loaded                   # the kernel's call made them
     np.testing.assert_allclose(ct.load(compiled.export(tmp_path / "stepped"))(batch), compiled(batch), rtol=0, atol=0)
+
+
+def test_a_trained_module_says_when_torchs_threads_will_spin(setup, monkeypatch):
+    """Several torch threads and OMP_WAIT_POLICY not PASSIVE: a UserWarning that names the fix."""
+    from cortex_tvm.torch_interop import SPINNING_THREADS
+    _, _, compiled = setup
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    with pytest.warns(UserWarning, match="OMP_WAIT_POLICY=PASSIVE") as caught:
+        compiled.as_torch()
+    assert [str(w.message) for w in caught] == [SPINNING_THREADS]
+    for policy, threads in (("passive", 2), ("", 1)):
+        monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+        monkeypatch.setattr(torch, "get_num_threads", lambda threads=threads: threads)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            compiled.as_torch()
 
 
 def test_a_module_that_was_not_compiled_for_training_says_so(setup, recwarn):
