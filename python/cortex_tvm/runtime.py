@@ -133,7 +133,9 @@ class CompiledModel:
             check_slot_rows(lin, *self.signature.node_features[0])
         if self.target.kind.name == "cuda":
             return self._run_cuda(lin)
-        weights = self._weights if self._weights is not None else self._settle_weights()
+        weights = self._weights                    # (read once: another thread may load new ones)
+        if weights is None:
+            weights = self._settle_weights()
         states = self._state_buffers(lin.num_slots)
         _, shape, dtype = self._states[0]
         out = np.empty((len(lin.roots),) + shape, dtype)
