@@ -282,13 +282,11 @@ class CompiledModel:
             {name: (array.shape, "float32") for name, array in self.training_weights.items()}
         user = checked_weights(weights, expected, self.aliases, "load_weights")     # one copy, validated
         with self._upload_lock:
+            self._pending, self._weights = user, None
             if self.adjoint is not None:                     # padded and transformed when next needed
-                self.training_weights, self._pending, self._weights = user, user, None
+                self.training_weights = user
             else:
-                self.model_weights = {name: pad_blocks(user[name], self.weight_padding.get(name, ()))
-                                      for name in kernel_reads}
-                self._weights = None if self.target.kind.name == "cuda" or self._foreign else \
-                    kernel_weights(self.executable, self.signature, self._model_weights)
+                self._settle_weights()
         self.transform_seconds = time.perf_counter() - start
         return self
 
