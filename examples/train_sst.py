@@ -24,7 +24,7 @@ os.environ.setdefault("TVM_NUM_THREADS", "2")
 # PyTorch's OpenMP threads spin for milliseconds after each of its parallel ops (the optimizer's
 # pass over the embedding table among them), on the cores the compiled model's threads need next:
 # set before torch loads its OpenMP runtime, waiting threads sleep instead (on a 2-core Zen 4 an
-# epoch took 0.60 ms per tree with it, 1.05 without).  Unset it to compare.
+# epoch took 0.60 ms per tree with it, 1.05 without).  To compare, delete this line.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402

@@ -1,5 +1,6 @@
-"""What a compiled model's call and `vjp` are given, checked before anything runs: one kind of
-input (trees, or a forest's arrays), and a pullback's adjoint of the right shape."""
+"""What a compiled model's call and `vjp` are given, checked before it is used: one kind of
+input (trees, or a forest's arrays) before the forward, and a pullback's adjoint (its shape,
+finite) before the backward."""
 from __future__ import annotations
 
 import numpy as np

@@ -43,7 +43,8 @@ class CompiledModel:
     adjoint = None
     #: the weights the backward differentiates, in the user's sizes (name -> float32 array)
     training_weights = None
-    #: seconds the last `load_weights` spent validating, padding and transforming the weights
+    #: seconds the last `load_weights` spent validating, padding and transforming the weights (with
+    #: training=True: checking and copying, plus the padding and transforms once they run)
     transform_seconds = 0.0
 
     def __init__(self, signature, executable, target, plan, weights, *, vocab_bound, model_name,
@@ -155,7 +156,8 @@ class CompiledModel:
 
     def _settle_weights(self):
         """Pad and transform the weights a training model's `load_weights` left for the kernel;
-        returns the kernel's weight arguments (None on a GPU: uploaded at its next call)."""
+        returns the kernel's weight arguments (None on a GPU, uploaded at its next call, or on a
+        CPU that cannot run the code)."""
         with self._upload_lock:
             if self._pending is not None:
                 start, user, reads = time.perf_counter(), self._pending, self._kernel_reads()
@@ -235,10 +237,11 @@ class CompiledModel:
         with self._upload_lock:         # uploaded and transformed on the device once, by one thread
             if self._weights is None:
                 self._weights = kernel_weights(self.executable, self.signature, self.model_weights, put)
+            weights = self._weights                       # (read once: another thread may load new ones)
         states = [put(np.zeros((lin.num_slots,) + shape, dtype)) for _, shape, dtype in self._states]
         _, shape, dtype = self._states[0]
         out = put(np.empty((len(lin.roots),) + shape, dtype))
-        launch(self._functions, self.signature.structure_args(lin, put) + [*self._weights, *states, out],
+        launch(self._functions, self.signature.structure_args(lin, put) + [*weights, *states, out],
                lin, self.signature, self.plan)
         device.sync()
         return self._visible(out.numpy()), [s.numpy() for s in states]
@@ -274,7 +277,8 @@ class CompiledModel:
 
         With training=True the padding and the transforms wait for the kernel's next run (their
         seconds are added to `transform_seconds` then): a `vjp` whose forward is the backward's
-        own reads the weights as given, so a training step at batch 10 or 25 makes none of them
+        own reads the weights as given, so a step whose batch takes that forward
+        (`LevelPass.forward_pays`: SST batches of 10 and 25 on 2 cores) makes none of them
         (`as_torch` calls this after every optimizer step)."""
         start = time.perf_counter()
         kernel_reads = self._kernel_reads()

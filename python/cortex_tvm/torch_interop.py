@@ -10,9 +10,10 @@ forward is a `torch.autograd.Function` whose backward is the generated one
 (`CompiledModel.vjp`): `loss.backward()` fills each parameter's `.grad`.
 When an optimizer has changed the parameters (in place, as `optimizer.step()`
 does), the next forward hands the new values to the compiled model first
-(`CompiledModel.load_weights`: the parameter transforms run again; the seconds
-they took are `module.transform_seconds`).  Otherwise inference only, and it
-says so when the module is made.
+(`CompiledModel.load_weights`: checked and copied, the kernel's padding and
+packing left for its next run; `module.transform_seconds` is the load's seconds,
+`module.compiled.transform_seconds` adds the deferred transforms).  Otherwise
+inference only, and it says so when the module is made.
 """
 from __future__ import annotations
 
@@ -57,8 +58,9 @@ def as_torch(compiled):
     forward(trees, all_nodes=True) returns one tensor per tree with its per-node states.
     Compiled with training=True: the weights are parameters and gradients flow (module
     docstring).  Otherwise inference only, and it says so: a UserWarning when the module is made
-    (INFERENCE_ONLY).  A trained module warns (SPINNING_THREADS) while torch runs several threads
-    and OMP_WAIT_POLICY is not PASSIVE.  torch.save cannot pickle compiled code: save `compiled.export(path)` and
+    (INFERENCE_ONLY).  A trained module warns (SPINNING_THREADS) when it is made if torch runs
+    several threads and OMP_WAIT_POLICY is not PASSIVE (read then: set after torch loaded, it
+    silences the warning but not the threads).  torch.save cannot pickle compiled code: save `compiled.export(path)` and
     `ct.load(path)`; a trained module's weights are in its `state_dict()`.
 
     Example (training; DGL's TreeLSTM recipe is Adagrad, lr 0.05, weight decay 1e-4)::
@@ -117,7 +119,7 @@ def _module_class():
             super().__init__()
             self.compiled = compiled
             self.trainable = compiled.adjoint is not None
-            #: seconds the last weight update spent in the compiled model's parameter transforms
+            #: seconds the last weight update spent in the compiled model's `load_weights`
             self.transform_seconds = 0.0
             self.weight_names = list(compiled.training_weights or ())
             for name in self.weight_names:
