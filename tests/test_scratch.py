@@ -42,3 +42,17 @@ def test_held_rows_grow_and_keep_their_row_shape():
     grown = held_rows(held, "x", 6, (3,))
     assert grown.shape == (6, 3) and held["x"].shape[0] == 10                  # doubled
     assert held_rows(held, "x", 2, (4,)).shape == (2, 4)                       # another row shape
+
+
+def test_an_array_the_caller_cleaned_is_reused_without_a_memset():
+    """`zeroed`: the caller zeroed what it wrote (an embedding gradient's few rows); the next
+    call trusts it once (here the caller lies, to show that nothing cleared it), then clears again."""
+    pool = Recycled()
+    grad = pool.zeros("emb", (6, 2))
+    grad[4] = 3
+    del grad
+    pool.zeroed("emb")
+    trusted = pool.zeros("emb", (6, 2))
+    assert trusted[4].tolist() == [3, 3] and not np.delete(trusted, 4, axis=0).any()
+    del trusted
+    assert not pool.zeros("emb", (6, 2)).any()                    # the mark held for one call

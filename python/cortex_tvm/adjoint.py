@@ -44,7 +44,7 @@ from .adjoint_numpy import NOT_WEIGHTS, RULES, WEIGHTS, Level, check_rules, scat
 from .blas_threads import single_threaded_blas
 from .distinct_leaves import distinct_leaf_count, distinct_leaves_first
 from .scratch import Recycled, held_rows, zero
-from .stage_numpy import StageNumpy
+from .stage_numpy import StageNumpy, loads
 
 
 class Adjoint:
@@ -70,6 +70,10 @@ class Adjoint:
         inputs = {k for s in self.stages.values() for k in s.placeholder_of.values() if isinstance(k, ra.NodeInput)}
         if len(inputs) > 1:
             raise ValueError(f"adjoint: the program reads {len(inputs)} per-node inputs; one (the word) is supported")
+        #: the weights whose every read is a row picked by the node's word (an embedding table:
+        #: `emb[word[n], i]`), whose gradient is zero outside the batch's words (`word_rows`)
+        self.word_tables = word_tables(self.stages)
+        self._leaf_words = all(word.missing is None for word in inputs)     # read at the leaves only
         #: the level pass compiled (`adjoint_pass.LevelPass`), or None: the numpy one runs;
         #: `level_pass_note` says why not
         self.level_pass, self.level_pass_note = None, "no target given"
@@ -94,6 +98,17 @@ class Adjoint:
         repeat it (`distinct_leaves.distinct_leaves_first`), which copy its states in the forward
         and add their adjoints into its own in the backward; else `lin` itself."""
         return distinct_leaves_first(lin) if self.distinct_leaves else lin
+
+    def word_rows(self, lin) -> dict:
+        """{word table's name: the rows its gradient can be nonzero on for the batch `lin`}: the
+        words its nodes read, sorted, once each: the leaves' where only leaves read one, else every
+        node's (a node without a word reads the clamped last row)."""
+        if self._leaf_words:             # internal nodes hold 0 there, and read no row
+            words = lin.words[int(lin.level_offsets[0]):int(lin.level_offsets[1])]
+        else:
+            words = lin.words[lin.node_slots]
+        return {name: np.unique(np.minimum(words, shape[0] - 1)).astype(np.int64)
+                for name, shape in self.word_tables.items()}
 
     def _workspace(self, stage: str) -> dict:
         """This thread's arrays for `stage` (`Level.allocate`)."""
@@ -129,7 +144,8 @@ class Adjoint:
                                      self.level_pass.transient.get(name, ()), in_states)
         return whole
 
-    def vjp(self, lin, states: list, weights: dict, d_states: list, forwarded=None, scratch=False) -> dict:
+    def vjp(self, lin, states: list, weights: dict, d_states: list, forwarded=None, scratch=False,
+            word_rows=None) -> dict:
         """Gradients of sum(d_states * states) with respect to every weight the program reads
         (and, for a program that reads per-node features, to lin.features: (num_slots, F) rows
         under the feature input's name).
@@ -150,9 +166,23 @@ class Adjoint:
 
         A gradient returned is reused by a later call on this thread once the caller has let
         go of it (`scratch.Recycled`): fresh gradient arrays page-fault at their first write.
+
+        word_rows: {word table: rows} (`self.word_rows(lin)`): those tables' gradients come back
+        as the rows listed only, (len(rows), *row shape); the table-sized array the pass added
+        into is zeroed again on them and kept, so that the next call need not clear megabytes.
         """
         with single_threaded_blas():
-            return self._vjp(lin, states, weights, d_states, forwarded, scratch)
+            grads = self._vjp(lin, states, weights, d_states, forwarded, scratch)
+        for name, rows in (word_rows or {}).items():
+            table = grads.get(name)
+            if table is None:                    # no read of it in this batch's stages
+                grads[name] = np.zeros((len(rows),) + self.word_tables[name][1:], np.float32)
+                continue
+            grads[name] = table[rows]
+            table[rows] = 0
+            del table
+            self._gradients.zeroed(name)
+        return grads
 
     def state_adjoints(self, num_slots: int) -> list:
         """Zeroed (num_slots, *shape) float32 arrays, one per state: this thread's scratch for
@@ -219,6 +249,33 @@ class _Gradients(dict):
         if grad is None:
             grad = self[weight.name] = self.pool.zeros(weight.name, weight.shape)
         return grad
+
+
+def word_tables(stages: dict) -> dict:
+    """{weight name: its shape} for the weights every read of which, in every stage, picks
+    its row by a per-node input (`ra.NodeInput`, the word): `emb[word[n], i]`."""
+    found, other = {}, set()
+    for stage in stages.values():
+        inputs = {key for key, obj in stage.placeholder_of.items() if isinstance(obj, ra.NodeInput)}
+        for block in stage.blocks:
+            for load in loads(block.body):
+                weight = stage.placeholder_of.get(load.source)
+                if not isinstance(weight, ra.Weight):
+                    continue
+                if load.args and _reads_row_by(load.args[0], inputs):
+                    found[weight.name] = tuple(int(d) for d in weight.shape)
+                else:
+                    other.add(weight.name)
+    return {name: rows for name, rows in found.items() if name not in other}
+
+
+def _reads_row_by(index, inputs) -> bool:
+    """Whether a read's first index is a per-node input's value, as is or clamped
+    (`NodeInput.index`: min(word[n], bound - 1))."""
+    if index.kind == "Min":
+        return (any(_reads_row_by(a, inputs) for a in index.args)
+                and all(a.kind in ("load", "const") for a in index.args))
+    return index.kind == "load" and index.source in inputs
 
 
 def _stage_ranges(lin) -> dict:

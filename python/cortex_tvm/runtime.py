@@ -268,7 +268,7 @@ class CompiledModel:
         return rows if parents is not None else np.split(rows, np.cumsum(lin.tree_sizes)[:-1])
 
     # -- training ------------------------------------------------------------------------
-    def load_weights(self, weights) -> "CompiledModel":
+    def load_weights(self, weights, *, copy: bool = True) -> "CompiledModel":
         """Use `weights` (name -> numpy array or torch tensor, the user's sizes, float32) from the
         next call on, without recompiling: they are checked, padded to the kernel's sizes, and the
         parameter transforms (packing, leaf tables) run again; `transform_seconds` says how long
@@ -279,12 +279,14 @@ class CompiledModel:
         seconds are added to `transform_seconds` then): a `vjp` whose forward is the backward's
         own reads the weights as given, so a step whose batch takes that forward
         (`LevelPass.forward_pays`: SST batches of 10 and 25 on 2 cores) makes none of them
-        (`as_torch` calls this after every optimizer step)."""
+        (`as_torch` calls this after every optimizer step).  copy=False: the model keeps the
+        given arrays (C-contiguous float32 ones: no copy) and reads them at every call; change them
+        only before another load_weights, which checks them again (`as_torch` shares its parameters so)."""
         start = time.perf_counter()
         kernel_reads = self._kernel_reads()
         expected = kernel_reads if self.adjoint is None else \
             {name: (array.shape, "float32") for name, array in self.training_weights.items()}
-        user = checked_weights(weights, expected, self.aliases, "load_weights")     # one copy, validated
+        user = checked_weights(weights, expected, self.aliases, "load_weights", copy)     # validated
         with self._upload_lock:
             self._pending, self._weights = user, None
             if self.adjoint is not None:                     # padded and transformed when next needed
@@ -312,7 +314,11 @@ class CompiledModel:
         (`LevelPass.forward_pays`): every node's tensors level by level, kept for the pullback
         (a later `vjp` on the same thread overwrites them; a pullback called after it computes
         them again from the states); otherwise the compiled kernel, and the backward recomputes
-        each stage's tensors from its states.  Needs compile(training=True)."""
+        each stage's tensors from its states.  Needs compile(training=True).
+
+        ``vjp.word_rows`` maps each embedding table (`adjoint.word_tables`) to the rows its
+        gradient can be nonzero on (the batch's words, sorted); ``vjp(d_out, word_rows=True)``
+        gives those rows of its gradient only, not the whole table."""
         if self.adjoint is None:
             raise ValueError("vjp: this model has no backward pass: compile it with training=True "
                              "(model.compile(training=True) or ct.compile(..., training=True)); a model "
@@ -343,8 +349,9 @@ class CompiledModel:
         else:
             out = saved[0][plain.roots]
         weights, adjoint, shape = self.training_weights, self.adjoint, self.state_shapes[0]
+        rows = adjoint.word_rows(plain)          # where each embedding's gradient can be nonzero
 
-        def pullback(d_out):
+        def pullback(d_out, word_rows: bool = False):
             d_states = adjoint.state_adjoints(plain.num_slots)
             if all_nodes:
                 d_rows = adjoint_array(d_out, (len(plain.node_slots),) + shape, "per-node states", True)
@@ -352,23 +359,25 @@ class CompiledModel:
             else:
                 d_rows = adjoint_array(d_out, (len(plain.roots),) + shape, "root states", False)
                 np.add.at(d_states[0], plain.roots, d_rows)
-            grads = adjoint.vjp(plain, saved, weights, d_states, forwarded=token, scratch=True)
+            grads = adjoint.vjp(plain, saved, weights, d_states, forwarded=token, scratch=True,
+                                word_rows=rows if word_rows else None)     # (not pullback's: a cycle)
             # (not grads.get(name, np.zeros_like(w)): that zeroes a copy of every weight, the
             # embedding table's megabytes included, on every call)
             out = {name: grads[name] if name in grads else np.zeros_like(w) for name, w in weights.items()}
             if adjoint.features is not None:       # the features' rows, in the caller's order
                 out[adjoint.features.name] = grads[adjoint.features.name][plain.node_slots]
             return out
+        pullback.word_rows = rows
         return out, pullback
 
-    def as_torch(self):
+    def as_torch(self, sparse: bool = False):
         """This model as a `torch.nn.Module` whose forward(trees) returns a torch.Tensor (DLPack,
         no copy); ImportError if torch is not installed.  See `cortex_tvm.torch_interop`.
         Compiled with training=True, the module holds the weights as `nn.Parameter`s and
-        `loss.backward()` fills their `.grad`.
+        `loss.backward()` fills their `.grad`; sparse=True makes an embedding's a sparse tensor.
 
         Example: ``logits = torch.nn.Linear(H, 5)(compiled.as_torch()(trees))``."""
-        return torch_interop.as_torch(self)
+        return torch_interop.as_torch(self, sparse)
 
     def export(self, path) -> str:
         """Write the kernel library, weights and everything needed to run it to the directory

@@ -63,10 +63,20 @@ class Recycled:
 
     def zeros(self, key, shape, dtype=np.float32) -> np.ndarray:
         pool = self._local.__dict__.setdefault("arrays", {})
+        clean = self._local.__dict__.setdefault("clean", set())
+        was_clean = key in clean
+        clean.discard(key)
         array = pool.get(key)
         if (array is not None and array.shape == tuple(shape) and array.dtype == dtype
                 and sys.getrefcount(array) <= _ONLY_THE_POOL):
-            zero(array)
+            if not was_clean:
+                zero(array)
             return array
         array = pool[key] = np.zeros(shape, dtype)
         return array
+
+    def zeroed(self, key) -> None:
+        """The caller has zeroed again every element it wrote of the array `zeros(key, ...)` last
+        gave it and lets go of it: the next `zeros(key, ...)` on this thread skips the memset (an
+        embedding's gradient, of which a batch writes a few rows of megabytes)."""
+        self._local.__dict__.setdefault("clean", set()).add(key)

@@ -8,12 +8,15 @@ Compiled with training=True, the module holds the model's weights as
 `nn.Parameter`s named as the model names them (`emb`, `W`, ...), and its
 forward is a `torch.autograd.Function` whose backward is the generated one
 (`CompiledModel.vjp`): `loss.backward()` fills each parameter's `.grad`.
-When an optimizer has changed the parameters (in place, as `optimizer.step()`
-does), the next forward hands the new values to the compiled model first
-(`CompiledModel.load_weights`: checked and copied, the kernel's padding and
-packing left for its next run; `module.transform_seconds` is the load's seconds,
-`module.compiled.transform_seconds` adds the deferred transforms).  Otherwise
-inference only, and it says so when the module is made.
+The compiled model reads the parameters' own memory (`load_weights(copy=False)`): when an
+optimizer has changed them (in place, as `optimizer.step()` does), the next forward has the
+compiled model check them again (finite, the shapes) and make the kernel's padding and packing
+at its next run; `module.transform_seconds` is the check's seconds,
+`module.compiled.transform_seconds` adds the deferred transforms.  A parameter changed in place
+between a forward and its backward is torch's usual error (the autograd node saves them).
+With sparse=True each embedding table's gradient (`Adjoint.word_tables`) is a sparse tensor of
+the batch's words' rows, as `torch.nn.Embedding(sparse=True)` makes it.  Otherwise inference
+only, and it says so when the module is made.
 """
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ SPINNING_THREADS = ("as_torch(): PyTorch's OpenMP threads spin for milliseconds 
                     "instead of 24 on a 2-core Zen 4; docs/training.md)")
 
 
-def as_torch(compiled):
+def as_torch(compiled, sparse: bool = False):
     """`compiled` (a CompiledModel) wrapped as a torch.nn.Module; forward(trees) -> torch.Tensor.
 
     forward(trees, all_nodes=True) returns one tensor per tree with its per-node states.
@@ -63,6 +66,12 @@ def as_torch(compiled):
     silences the warning but not the threads).  torch.save cannot pickle compiled code: save `compiled.export(path)` and
     `ct.load(path)`; a trained module's weights are in its `state_dict()`.
 
+    sparse=True (training): the gradient of each embedding table (`emb`; MV-RNN's `embM` too) is
+    a `torch.sparse_coo_tensor` holding the batch's words' rows, as `nn.Embedding(sparse=True)`
+    gives.  An optimizer then updates those rows, not the whole table: `torch.optim.SGD`,
+    `SparseAdam`, or `Adagrad` with the table in a parameter group without weight decay (DGL's
+    TreeLSTM recipe: lr 0.1 x the others', no decay), which a sparse gradient needs.
+
     Example (training; DGL's TreeLSTM recipe is Adagrad, lr 0.05, weight decay 1e-4)::
 
         module = model.compile(training=True).as_torch()
@@ -72,10 +81,15 @@ def as_torch(compiled):
         loss.backward(); optimizer.step()
     """
     if compiled.adjoint is None:
+        if sparse:
+            raise ValueError("as_torch(sparse=True): a sparse gradient needs a model compiled with training=True")
         warnings.warn(INFERENCE_ONLY, UserWarning, stacklevel=3)
     elif _torch().get_num_threads() > 1 and os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
         warnings.warn(SPINNING_THREADS, UserWarning, stacklevel=3)
-    return _module_class()(compiled)
+    if sparse and not compiled.adjoint.word_tables:
+        raise ValueError(f"as_torch(sparse=True): {compiled.model_name} reads no embedding table by word, "
+                         "so no gradient would be sparse")
+    return _module_class()(compiled, sparse)
 
 
 _CLASS = None
@@ -97,7 +111,9 @@ def _module_class():
             concatenated: a Function returns tensors, not a list); features: the batch's per-node
             feature rows (a tensor, whose gradient the backward returns) or None."""
             out, pullback = module.compiled.vjp(trees, all_nodes=sizes is not None, features=features)
-            ctx.pullback, ctx.names = pullback, module.weight_names
+            ctx.pullback, ctx.names, ctx.sparse = pullback, module.weight_names, module.sparse
+            ctx.shapes = [p.shape for p in parameters]
+            ctx.save_for_backward(*parameters)       # the pullback reads their memory: torch checks their versions
             ctx.feature_name = None if features is None else module.compiled.adjoint.features.name
             if sizes is None:
                 return torch.from_numpy(out)
@@ -106,38 +122,53 @@ def _module_class():
 
         @staticmethod
         def backward(ctx, d_out):
-            grads = ctx.pullback(d_out.detach().cpu().numpy())
+            ctx.saved_tensors                       # noqa: B018 - raises if an optimizer stepped in between
+            grads = ctx.pullback(d_out.detach().cpu().numpy(), word_rows=ctx.sparse)
             d_features = None if ctx.feature_name is None else torch.from_numpy(grads[ctx.feature_name])
-            return (None, None, None, d_features, *(torch.from_numpy(grads[name]) for name in ctx.names))
+            rows = ctx.pullback.word_rows if ctx.sparse else {}
+            return (None, None, None, d_features, *(_gradient(grads[name], rows.get(name), shape)
+                                                     for name, shape in zip(ctx.names, ctx.shapes)))
+
+    def _gradient(grad, rows, shape):
+        """A weight's gradient as torch takes it: the array's memory, or where `rows` are given
+        (an embedding's gradient, those rows of it) the sparse tensor of the table's shape."""
+        if rows is None:
+            return torch.from_numpy(grad)
+        return torch.sparse_coo_tensor(torch.from_numpy(rows)[None], torch.from_numpy(grad), shape,
+                                       check_invariants=False, is_coalesced=True)
 
     class RecursiveModule(torch.nn.Module):
         """A compiled cortex_tvm model: forward(trees) -> (len(trees), *state shape) float32 tensor
         holding each root's first state.  Compiled with training=True its weights are parameters
         and gradients flow; otherwise no parameters and no gradient (inference only)."""
 
-        def __init__(self, compiled):
+        def __init__(self, compiled, sparse=False):
             super().__init__()
             self.compiled = compiled
             self.trainable = compiled.adjoint is not None
+            #: whether the embedding tables' gradients are sparse tensors (`as_torch`)
+            self.sparse = sparse
             #: seconds the last weight update spent in the compiled model's `load_weights`
             self.transform_seconds = 0.0
             self.weight_names = list(compiled.training_weights or ())
             for name in self.weight_names:
                 self.register_parameter(name, torch.nn.Parameter(torch.from_numpy(
                     np.array(compiled.training_weights[name], np.float32))))
-            self._seen = self._versions()
+            self._seen, self._loaded = None, None
+            if self.trainable:
+                self._sync()
 
         def _versions(self):
             return [(p.data_ptr(), p._version) for p in self._parameters.values()]
 
         def _sync(self):
-            """Hand changed parameters (an optimizer step, load_state_dict) to the compiled model."""
+            """Hand changed parameters (an optimizer step, load_state_dict) to the compiled model,
+            or all of them where it holds another's weights (a second module, a load_weights)."""
             versions = self._versions()
-            if versions != self._seen:
-                self.compiled.load_weights({name: p.detach().cpu().numpy()
-                                            for name, p in self._parameters.items()})
+            if versions != self._seen or self.compiled.training_weights is not self._loaded:
+                self.compiled.load_weights(dict(self._parameters), copy=False)
                 self.transform_seconds = self.compiled.transform_seconds
-                self._seen = versions
+                self._seen, self._loaded = versions, self.compiled.training_weights
 
         def forward(self, trees, all_nodes: bool = False, features=None):
             """features: the batch's per-node feature rows for a model that reads them (a tensor,
