@@ -21,9 +21,6 @@ from .target import cpu_info
 GPU_LANES = 8
 #: the leaf_sources of a layout whose every leaf is computed (`distinct_leaves`)
 _NO_REPEATS = tvm.runtime.tensor(np.zeros(0, np.int32))   # (numpy gives a size-0 array strides TVM refuses)
-#: the average nodes per core of a batch's internal levels from which `vjp` runs the "forward"
-#: part rather than the kernel (`LevelPass.forward_pays`)
-FORWARD_NODES_PER_CORE = 1
 
 
 class LevelPass:
@@ -76,16 +73,24 @@ class LevelPass:
                           gpu=gpu)
 
     def forward_pays(self, lin) -> bool:
-        """Whether the "forward" part beats the model's kernel followed by the recomputation on
-        the batch `lin`: its levels split their nodes over the cores, while the kernel splits
-        every level's columns, so a batch whose internal levels hold fewer than
-        FORWARD_NODES_PER_CORE nodes per core on average runs the kernel (one SST tree averages
-        1.0-3.6 internal nodes a level, 1.8 over the first 10: on 2 cores most take the kernel).
-        TreeLSTM H=150 on Zen 4, 2 threads, in-process A/Bs, kernel over forward: batch 1
-        0.6-1.3 (noisy), batch 3 1.1-1.8, batch 10 1.12-1.19."""
-        internal = int(lin.level_offsets[-1] - lin.level_offsets[1])
-        levels = max(1, len(lin.level_offsets) - 2)
-        return internal >= FORWARD_NODES_PER_CORE * self.cores * levels
+        """Whether the "forward" part (store: every block's value kept) costs less than the
+        model's kernel followed by the recomputation in the backward, on the batch `lin`.
+
+        The cost is each path's node forwards on its busiest core, summed over the levels: the
+        part splits each level's nodes over the cores, ceil(n / cores) (a core idles where a
+        level has fewer nodes than cores); the kernel splits each level's columns, n / cores,
+        and the recomputation then runs every node again, all levels at once, N / cores.  So
+        the part pays where sum(ceil(n / cores)) <= 2 N / cores: on 1 or 2 cores always
+        (sum(ceil(n / 2)) <= (N + levels) / 2 <= N); on 16 a single SST tree (1-4 nodes a level)
+        takes the kernel, a batch of 25 the part.  Both paths also pay a fork and join per
+        level, left out, and the kernel's better packed products, not counted.
+
+        Zen 4, 2 threads, in-process A/Bs: the kernel and the recomputation took 1.01-1.16x the
+        part's time at batch 1 and 1.24-1.35x at batch 25 (TreeLSTM H = 64, 150, 300, TreeFC,
+        TreeGRU; docs/training.md)."""
+        sizes = np.diff(np.asarray(lin.level_offsets, np.int64))
+        busiest = int(np.sum(-(-sizes // self.cores)))
+        return busiest * self.cores <= 2 * int(sizes.sum())
 
     def function(self, part: str, parallel: bool):
         if (part, parallel) not in self._functions:

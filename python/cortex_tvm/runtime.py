@@ -278,7 +278,7 @@ class CompiledModel:
         With training=True the padding and the transforms wait for the kernel's next run (their
         seconds are added to `transform_seconds` then): a `vjp` whose forward is the backward's
         own reads the weights as given, so a step whose batch takes that forward
-        (`LevelPass.forward_pays`: SST batches of 10 and 25 on 2 cores) makes none of them
+        (`LevelPass.forward_pays`: every batch on 1 or 2 cores) makes none of them
         (`as_torch` calls this after every optimizer step).  copy=False: the model keeps the
         given arrays (C-contiguous float32 ones: no copy) and reads them at every call; change them
         only before another load_weights, which checks them again (`as_torch` shares its parameters so)."""
@@ -310,8 +310,8 @@ class CompiledModel:
         ``compiled.vjp(parents=..., words=...)``, is taken as `compiled(parents=..., words=...)`
         takes it: the roots in the order they appear, with all_nodes=True one (n, *shape)
         array in node order.  With the compiled backward (`adjoint.Adjoint`, generated from the
-        RA program), the forward is its own where the batch's levels are large enough
-        (`LevelPass.forward_pays`): every node's tensors level by level, kept for the pullback
+        RA program), the forward is its own where the batch's levels are large enough for the
+        cores (`LevelPass.forward_pays`): every node's tensors level by level, kept for the pullback
         (a later `vjp` on the same thread overwrites them; a pullback called after it computes
         them again from the states); otherwise the compiled kernel, and the backward recomputes
         each stage's tensors from its states.  Needs compile(training=True).

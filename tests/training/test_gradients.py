@@ -156,17 +156,19 @@ def test_a_pullback_after_another_forward_recomputes(sst, monkeypatch):
 
 
 def test_small_levels_run_the_kernel_forward(sst, monkeypatch):
-    """vjp's forward is the compiled pass's own where a batch's internal levels give every core
-    a node on average, else the model's kernel (which splits a level's columns over the cores)."""
+    """vjp's forward is the compiled pass's own where its busiest core's node forwards, level by
+    level, are at most the kernel's and the recomputation's (2 N / cores), else the model's
+    kernel: on 2 cores always the pass; on 16, one tree takes the kernel, 25 the pass."""
     trees, vocab = sst
     model = ct.models.TreeLSTM(20, len(vocab), seed=5)
     compiled = model.compile(training=True)
     level_pass = compiled.adjoint.level_pass
-    monkeypatch.setattr(level_pass, "cores", 2)
     one, many = model.linearize(trees[:1]), model.linearize(trees[:25])
-    for lin in (one, many):
-        internal, levels = lin.level_offsets[-1] - lin.level_offsets[1], len(lin.level_offsets) - 2
-        assert level_pass.forward_pays(lin) == (internal >= 2 * levels)
+    assert np.diff(one.level_offsets).tolist() == [13, 3, 2, 1, 1, 1, 1, 1, 1, 1]     # N = 25, 10 levels
+    for cores in (1, 2):
+        monkeypatch.setattr(level_pass, "cores", cores)
+        assert level_pass.forward_pays(one) and level_pass.forward_pays(many)
+    monkeypatch.setattr(level_pass, "cores", 16)     # one tree: 10 node forwards a core against 2 x 25 / 16
     assert not level_pass.forward_pays(one) and level_pass.forward_pays(many)
     out, pullback = compiled.vjp(trees[:1])
     assert level_pass.last_run is None                          # the kernel ran, not the pass
