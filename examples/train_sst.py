@@ -4,7 +4,8 @@ Tai et al. (2015) and DGL's TreeLSTM example: a linear classifier on every node'
 at every node's label (5 classes), x = 300, h = 150, and DGL's Adagrad: lr 0.05 and weight decay
 1e-4 for the cell and the classifier, lr 0.005 and no decay for the word embedding.  The encoder is
 `TreeLSTM.compile(training=True).as_torch(sparse=True)`: its weights are torch parameters, the
-forward is the compiled kernel, the backward the one generated from the RA program, and the
+forward compiled (the backward's own level pass, or the model's kernel where the levels are too small
+for the cores), the backward generated from the RA program, and the
 embedding's gradient holds the batch's words' rows only (a sparse tensor, as
 `nn.Embedding(sparse=True)` makes), so Adagrad updates those rows and not the whole table.
 
@@ -24,8 +25,8 @@ import sys
 import time
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
-# PyTorch's OpenMP threads spin for milliseconds after each of its parallel ops (the optimizer's
-# pass over the embedding table among them), on the cores the compiled model's threads need next:
+# PyTorch's OpenMP threads spin for milliseconds after each of its parallel ops (a dense optimizer's
+# pass over the embedding table among them, --dense-embedding), on the cores the compiled model's threads need next:
 # set before torch loads its OpenMP runtime, waiting threads sleep instead (on a 2-core Zen 4 an
 # epoch of the one-group recipe took 0.60 ms per tree with it, 1.05 without).  To compare, delete this line.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -81,7 +81,7 @@ class LevelPass:
         level has fewer nodes than cores); the kernel splits each level's columns, n / cores,
         and the recomputation then runs every node again, all levels at once, N / cores.  So
         the part pays where sum(ceil(n / cores)) <= 2 N / cores: on 1 or 2 cores always
-        (sum(ceil(n / 2)) <= (N + levels) / 2 <= N); on 16 a single SST tree (1-4 nodes a level)
+        (sum(ceil(n / 2)) <= (N + levels) / 2 <= N); on 16 a single SST tree (1.0-3.6 internal nodes a level on average)
         takes the kernel, a batch of 25 the part.  Both paths also pay a fork and join per
         level, left out, and the kernel's better packed products, not counted.
 

@@ -280,8 +280,8 @@ class CompiledModel:
         own reads the weights as given, so a step whose batch takes that forward
         (`LevelPass.forward_pays`: every batch on 1 or 2 cores) makes none of them
         (`as_torch` calls this after every optimizer step).  copy=False: the model keeps the
-        given arrays (C-contiguous float32 ones: no copy) and reads them at every call; change them
-        only before another load_weights, which checks them again (`as_torch` shares its parameters so)."""
+        given arrays (C-contiguous float32 ones: no copy), which the backward reads at every call and
+        the kernel pads at its next run; change them only before another load_weights (`as_torch`)."""
         start = time.perf_counter()
         kernel_reads = self._kernel_reads()
         expected = kernel_reads if self.adjoint is None else \

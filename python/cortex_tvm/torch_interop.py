@@ -14,6 +14,9 @@ compiled model check them again (finite, the shapes) and make the kernel's paddi
 at its next run; `module.transform_seconds` is the check's seconds,
 `module.compiled.transform_seconds` adds the deferred transforms.  A parameter changed in place
 between a forward and its backward is torch's usual error (the autograd node saves them).
+Change them as torch counts changes (in place under torch.no_grad(), load_state_dict):
+an edit through `.data` leaves a parameter's version as it was, so the kernel keeps the
+padded copy of the last check while the backward reads the edit.
 With sparse=True each embedding table's gradient (`Adjoint.word_tables`) is a sparse tensor of
 the batch's words' rows, as `torch.nn.Embedding(sparse=True)` makes it.  Otherwise inference
 only, and it says so when the module is made.
@@ -72,11 +75,12 @@ def as_torch(compiled, sparse: bool = False):
     `SparseAdam`, or `Adagrad` with the table in a parameter group without weight decay (DGL's
     TreeLSTM recipe: lr 0.1 x the others', no decay), which a sparse gradient needs.
 
-    Example (training; DGL's TreeLSTM recipe is Adagrad, lr 0.05, weight decay 1e-4)::
+    Example (training, one Adagrad group; examples/train_sst.py has DGL's two, sparse)::
 
         module = model.compile(training=True).as_torch()
         classifier = torch.nn.Linear(H, 5)
-        optimizer = torch.optim.Adagrad([*module.parameters(), *classifier.parameters()], lr=0.05)
+        optimizer = torch.optim.Adagrad([*module.parameters(), *classifier.parameters()], lr=0.05,
+                                        weight_decay=1e-4)
         loss = torch.nn.functional.cross_entropy(classifier(module(trees)), labels)
         loss.backward(); optimizer.step()
     """

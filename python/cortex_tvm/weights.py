@@ -29,7 +29,7 @@ def to_numpy(name, value):
 def all_finite(array: np.ndarray) -> bool:
     """Whether every element is finite.  A float array's dot product with itself is finite
     only if every element is (NaN and infinity propagate), in one pass without numpy's boolean
-    temporary (half the time for a 26 MB embedding table); an overflow of finite values falls
+    temporary (half the time for a 26 MB embedding table in a probe); an overflow of finite values falls
     back to the element test."""
     if array.dtype.kind == "f" and array.size:
         flat = array.reshape(-1)

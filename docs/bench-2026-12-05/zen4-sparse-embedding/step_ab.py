@@ -3,8 +3,8 @@ Adagrad), TreeLSTM x = 300, h = 150, SST dev trees, 20 batches per round, 4 roun
 
   python step_ab.py VOCAB BATCH
 
-VOCAB sizes the embedding table (the trees use the bundled 5,374 words; 21,701 stands for SST's
-train split).  Variants:
+VOCAB sizes the embedding table (the trees use the bundled 5,374 words; 21,701 stands for a full SST
+vocabulary).  Variants:
   before         : a copy of every weight per step and numpy's isfinite check (the sync before
                    this change, emulated), one Adagrad group with weight decay (the old example)
   shared         : the parameters' memory, the one-pass check; the same optimizer
