@@ -73,7 +73,8 @@ def as_torch(compiled, sparse: bool = False):
     a `torch.sparse_coo_tensor` holding the batch's words' rows, as `nn.Embedding(sparse=True)`
     gives.  An optimizer then updates those rows, not the whole table: `torch.optim.SGD`,
     `SparseAdam`, or `Adagrad` with the table in a parameter group without weight decay (DGL's
-    TreeLSTM recipe: lr 0.1 x the others', no decay), which a sparse gradient needs.
+    TreeLSTM recipe: lr 0.1 x the others', no decay), which a sparse gradient needs.  Not under
+    DistributedDataParallel, which takes sparse gradients only from nn.Embedding modules.
 
     Example (training, one Adagrad group; examples/train_sst.py has DGL's two, sparse)::
 
