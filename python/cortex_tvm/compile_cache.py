@@ -17,7 +17,7 @@ import tvm
 import tvm_ffi
 from tvm.target import Target
 
-from . import config, dot_bf16, integrity, tir_pipeline
+from . import amx_bf16, config, dot_bf16, integrity, tir_pipeline
 
 _cache: dict = {}
 _cache_lock = threading.Lock()
@@ -116,6 +116,9 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
     global _compiles
     pass_config = pass_config or {}
     dot_bf16.check_target(mod, target)      # vdpbf16ps code for a CPU without it: a clear error, not SIGILL
+    amx_bf16.check_target(mod, target)      # the same for AMX tiles
+    if amx_bf16.runs_here(mod):
+        amx_bf16.request_permission()       # Linux lends the tile state to a process that asks
     key = (tvm_ffi.structural_hash(mod), str(target), repr(sorted(pass_config.items())))
     with _cache_lock:
         if key in _cache:

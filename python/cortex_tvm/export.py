@@ -31,7 +31,7 @@ import numpy as np
 import tvm
 from tvm.target import Target
 
-from . import integrity
+from . import amx_bf16, integrity
 from .plan import RuntimePlan
 from .signature import KernelSignature
 from .version import __version__
@@ -153,6 +153,8 @@ def read(path, weights=None) -> dict:
     signature = KernelSignature.from_json(meta.get("signature") or {})
     plan_fields = {f.name for f in dataclasses.fields(RuntimePlan)}
     plan = RuntimePlan(**{k: _tuples(v) for k, v in meta["plan"].items() if k in plan_fields})
+    if plan.amx:
+        amx_bf16.request_permission()   # (the CPU was checked for AMX with the rest of its features)
     if weights is None:
         try:
             with np.load(io.BytesIO(integrity.read_checked(path, WEIGHTS, meta["files"]))) as npz:

@@ -36,6 +36,9 @@ class RuntimePlan:
     partition_loops: bool = False
     #: weights whose packed copy holds bfloat16 bits (store_bf16): the transform writes them
     bf16_weights: tuple = ()
+    #: the kernel multiplies on AMX tiles (amx_bf16): the process asks Linux for the tile state
+    #: before its first call (`amx_bf16.request_permission`)
+    amx: bool = False
     #: recursive unrolling (unroll_recursion): a node computed with its descendants this many
     #: levels down, in one step, on one thread; the linearizer lays out (step, chunk, phase) levels
     recursion_depth: int = 1

@@ -19,6 +19,7 @@ import warnings
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
+from . import amx_bf16 as _amx
 from . import dot_bf16 as _dot
 from .policy import derive as _derive
 from .schedule import RecSchedule, ScheduleError
@@ -44,6 +45,8 @@ class Recipe:
     fp32_base: object = field(default=None, compare=False, repr=False)
     #: a bf16 recipe that multiplies with vdpbf16ps (`dot_bf16` before `store_bf16`)
     bf16_dot: bool = False
+    #: a bf16 recipe that multiplies on AMX tiles (`amx_bf16` after `dot_bf16`)
+    bf16_amx: bool = False
 
     def with_knobs(self, **values) -> "Recipe":
         unknown = set(values) - set(self.knobs)
@@ -148,44 +151,65 @@ def with_precision(recipe: Recipe, precision: str) -> Recipe:
 
 
 def for_target(recipe: Recipe, target) -> Recipe:
-    """A bf16 recipe `with_precision` made, with `dot_bf16` exactly when the target's CPU has
-    AVX512_BF16 (`dot_bf16.has_feature`; an optional step: a model whose GEMMs do not fit keeps
-    storage-only bf16; knob choices kept; target None: without); any other recipe unchanged (a
-    recipe written with store_bf16 or dot_bf16 steps is applied as written)."""
+    """A bf16 recipe `with_precision` made, multiplying as the target's CPU allows: on AMX tiles
+    where it has AMX-BF16 (`amx_bf16.has_feature`: `dot_bf16` then `amx_bf16`, one node per GEMM
+    tile and two column vectors, the form the tiles take), with `dot_bf16` where it has
+    AVX512_BF16 (`dot_bf16.has_feature`), else storage-only.  The multiplying steps are optional:
+    a model whose GEMMs do not fit keeps the next kind down.  Knob choices are kept (a node tile
+    chosen above 1 leaves AMX out); target None: storage-only.  Any other recipe is unchanged (a
+    recipe written with store_bf16 or dot_bf16 steps is applied as written).
+
+    On a Sapphire Rapids class Xeon (2 cores, TreeLSTM H=256, in-process A/B against fp32) AMX
+    ran 1.3x / 2.1x / 2.5x faster than fp32 at batch 1 / 10 / 64 and `vdpbf16ps` 0.9x / 0.6x /
+    0.6x: that CPU issues `vdpbf16ps` at the rate of its two fp32 FMA units, and the pairs' rounding
+    and widening cost more than half the bytes save (docs/benchmarks.md)."""
     if recipe.fp32_base is None:
         return recipe
     dot = target is not None and _dot.has_feature(target)
-    if dot == recipe.bf16_dot:
+    amx = dot and _amx.has_feature(target)      # AMX rewrites dot_bf16's GEMMs (its tails keep vdpbf16ps)
+    if (dot, amx) == (recipe.bf16_dot, recipe.bf16_amx):
         return recipe
-    return _bf16(replace(recipe.fp32_base, chosen=recipe.chosen), dot)
+    return _bf16(replace(recipe.fp32_base, chosen=recipe.chosen), dot, amx)
 
 
-def finish_bf16(rs: RecSchedule, dot: bool) -> RecSchedule:
-    """What precision "bf16" adds after a schedule: `dot_bf16()` when `dot` (skipped where no GEMM
-    fits it), then `store_bf16()` for the packed weights left in float32."""
-    if dot:
-        try:
-            rs.dot_bf16()
-        except ScheduleError:
-            pass             # no tiled GEMM of the form vdpbf16ps needs: storage-only bf16
+#: the derived schedule's knobs for AMX tiles: a GEMM tile of one node (amx_bf16 takes 16 at a
+#: time from the node loop) and two column vectors (1.1x faster than one at H=256 batch 10)
+AMX_KNOBS = {"node_tile": 1, "max_column_vectors": 2}
+
+
+def finish_bf16(rs: RecSchedule, dot: bool, amx: bool = False) -> RecSchedule:
+    """What precision "bf16" adds after a schedule: `dot_bf16()` when `dot` and then `amx_bf16()`
+    when `amx` (each skipped where no GEMM fits it), then `store_bf16()` for the packed weights
+    left in float32."""
+    for wanted, step in ((dot, rs.dot_bf16), (dot and amx, rs.amx_bf16)):
+        if wanted:
+            try:
+                step()
+            except ScheduleError:
+                break        # no tiled GEMM of the form the instruction needs: the kind below
     return rs.store_bf16()
 
 
-def _bf16(base: Recipe, dot: bool) -> Recipe:
+def _bf16(base: Recipe, dot: bool, amx: bool = False) -> Recipe:
     # the fp32 defaults: with levels that end in tails, fp32's larger tiles are faster in bf16
     # too (TreeLSTM H=256, Zen 5: 5 nodes 1.08-1.13x with vdpbf16ps, 1.02-1.05x storage-only;
     # TreeGRU 6 nodes 1.08-1.12x at batch 10 and 64, 3% slower at 1; docs/benchmarks.md)
+    fp32 = base
+    if amx:
+        base = base.with_knobs(**{k: v for k, v in AMX_KNOBS.items() if k in base.knobs and k not in base.chosen})
     knobs = base.knobs
     if base.apply_fn is not None:
         inner = base.apply_fn
 
         def then_bf16(rs, **knobs):
             rs = (inner(rs, **knobs) if knobs else inner(rs)) or rs
-            return finish_bf16(rs, dot)
-        return replace(base, apply_fn=then_bf16, knobs=knobs, precision="bf16", fp32_base=base, bf16_dot=dot)
+            return finish_bf16(rs, dot, amx)
+        return replace(base, apply_fn=then_bf16, knobs=knobs, precision="bf16", fp32_base=fp32, bf16_dot=dot,
+                       bf16_amx=amx)
     dot_step = ({"primitive": "dot_bf16", "args": {}, "optional": True},) if dot else ()
-    return replace(base, steps=tuple(base.steps) + dot_step + ({"primitive": "store_bf16", "args": {}},),
-                   knobs=knobs, precision="bf16", fp32_base=base, bf16_dot=dot)
+    amx_step = ({"primitive": "amx_bf16", "args": {}, "optional": True},) if dot and amx else ()
+    return replace(base, steps=tuple(base.steps) + dot_step + amx_step + ({"primitive": "store_bf16", "args": {}},),
+                   knobs=knobs, precision="bf16", fp32_base=fp32, bf16_dot=dot, bf16_amx=amx)
 
 
 def _kind(value) -> str:

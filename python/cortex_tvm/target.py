@@ -12,6 +12,7 @@ here instead of parsing target strings itself.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -34,8 +35,16 @@ X86_ISA = {
     "avx512vl": "avx512vl", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi",
     "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512bitalg": "avx512_bitalg",
     "avx512vpopcntdq": "avx512_vpopcntdq", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
-    "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16",
+    "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16", "amx-fp16": "amx_fp16",
+    "amx-complex": "amx_complex", "prefetchi": "prefetchi", "avxifma": "avx_ifma",
+    "avxneconvert": "avx_ne_convert", "cmpccxadd": "cmpccxadd",
 }
+
+#: LLVM CPU models `host_llvm` weighs against what a CPU reports when LLVM's own guess misses
+#: some of its extensions (oldest first: a tie keeps the older model)
+X86_MODELS = (
+    "skylake-avx512", "cascadelake", "cooperlake", "icelake-server", "sapphirerapids", "emeraldrapids",
+    "graniterapids", "diamondrapids", "znver3", "znver4", "znver5", "haswell", "alderlake", "arrowlake")
 
 
 def host_isa() -> set:
@@ -54,19 +63,46 @@ def host_isa() -> set:
 
 
 def host_llvm() -> dict:
-    """This machine's CPU as target attributes: LLVM's CPU model, minus the extensions the model
-    has and this CPU does not report.
+    """This machine's CPU as target attributes: the LLVM CPU model that matches the extensions this
+    CPU reports, minus the extensions the model has and this CPU does not report.
 
     A virtual machine can hide some of its CPU's extensions (a KVM guest on Zen 5 reports no
     rdseed, which LLVM's znver5 has), and code built for the model alone would then be refused
-    here as foreign; this is what clang's -march=native does."""
-    mcpu = codegen.llvm_get_system_cpu()
-    attrs = {"kind": "llvm", "mcpu": mcpu}
+    here as foreign; this is what clang's -march=native does.  A VM can also report another CPU
+    model number than its CPU's (a Sapphire Rapids guest as model 167, which LLVM takes for Rocket
+    Lake: no AVX512_BF16, no AMX, one FMA unit); when a model of `X86_MODELS` matches more of the
+    reported extensions than LLVM's guess, that model is taken."""
+    attrs = {"kind": "llvm", "mcpu": host_model()}
     if not codegen.llvm_get_system_triple().startswith(("x86_64", "i386", "i686")):
         return attrs
-    model = {str(f) for f in codegen.llvm_get_cpu_features(Target(attrs))} & set(X86_ISA)
-    hidden = sorted(model - host_isa())
+    hidden = sorted(model_isa(attrs["mcpu"]) - host_isa())
     return {**attrs, "mattr": [f"-{f}" for f in hidden]} if hidden else attrs
+
+
+@functools.lru_cache(maxsize=None)
+def model_isa(mcpu: str) -> frozenset:
+    """The instruction-set extensions (of X86_ISA) of an LLVM CPU model."""
+    features = codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": mcpu}))
+    return frozenset(str(f) for f in features) & set(X86_ISA)
+
+
+def host_model() -> str:
+    """LLVM's guess of this CPU's model, or the model of X86_MODELS that matches more of the
+    extensions it reports (each one it has and the CPU does not counts against it)."""
+    guess = codegen.llvm_get_system_cpu()
+    triple = codegen.llvm_get_system_triple()
+    if not triple.startswith(("x86_64", "i386", "i686")):
+        return guess
+    reported = host_isa()
+
+    def score(mcpu):
+        isa = model_isa(mcpu)
+        return len(isa & reported) - len(isa - reported)
+    best = guess
+    for mcpu in X86_MODELS:
+        if codegen.llvm_is_valid_cpu(mcpu, triple) and score(mcpu) > score(best):
+            best = mcpu
+    return best
 
 
 def make_target(target) -> Target:
@@ -92,8 +128,8 @@ def make_target(target) -> Target:
                 raise ValueError(f"unknown LLVM CPU mcpu={mcpu!r} for {triple} (e.g. 'haswell' for AVX2, "
                                  f"'skylake-avx512' or 'znver4' for AVX-512)")
             if "mtriple" not in target and "mattr" not in target and mcpu == codegen.llvm_get_system_cpu():
-                # this machine's CPU by name: what it reports, not the whole model (see host_llvm)
-                target = {**host_llvm(), **target}
+                # this machine's CPU by LLVM's name for it: what it reports (see host_llvm)
+                target = {**target, **host_llvm()}
             if "mtriple" not in target and "num-cores" not in target:
                 target = {**target, "num-cores": config.load().num_threads}
         return Target(target)

@@ -62,3 +62,30 @@ def test_the_host_target_leaves_out_what_this_cpu_hides(monkeypatch):
     named = make_target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
     assert f"-{hidden}" in [str(a) for a in named.attrs["mattr"]]
     assert cannot_run_here(named) is None
+
+
+def test_a_cpu_reported_as_another_model_gets_the_model_it_matches(monkeypatch):
+    """A KVM guest on a Sapphire Rapids class Xeon can report CPU model 167, which LLVM takes for
+    Rocket Lake (no AVX512_BF16, no AMX, one FMA unit): "llvm" then builds for the model whose
+    extensions match what the CPU reports.  A CPU that matches LLVM's guess keeps it."""
+    from tvm.target import codegen
+
+    from cortex_tvm import target as target_module
+    monkeypatch.setattr(codegen, "llvm_get_system_triple", lambda: "x86_64-pc-linux-gnu")
+    monkeypatch.setattr(codegen, "llvm_get_system_cpu", lambda: "rocketlake")
+    monkeypatch.setattr(target_module, "host_isa", lambda: set(target_module.model_isa("sapphirerapids")))
+    assert target_module.host_model() == "sapphirerapids"
+    made = make_target("llvm")
+    assert str(made.attrs["mcpu"]) == "sapphirerapids" and "mattr" not in made.attrs
+    info = target_module.cpu_info(made)
+    assert info.fma_units == 2 and info.key == "sapphirerapids/avx512"
+    assert {"avx512bf16", "amx-bf16", "amx-tile"} <= set(codegen.llvm_get_cpu_features(made))
+    # naming LLVM's guess in a dict means this CPU too
+    assert str(make_target({"kind": "llvm", "mcpu": "rocketlake"}).attrs["mcpu"]) == "sapphirerapids"
+    # what LLVM's guess matches exactly stays (a Rocket Lake reports Rocket Lake's extensions)
+    monkeypatch.setattr(target_module, "host_isa", lambda: set(target_module.model_isa("rocketlake")))
+    assert target_module.host_model() == "rocketlake"
+    # a model that would need an extension the CPU lacks is not taken over the guess
+    monkeypatch.setattr(codegen, "llvm_get_system_cpu", lambda: "znver4")
+    monkeypatch.setattr(target_module, "host_isa", lambda: set(target_module.model_isa("znver4")))
+    assert target_module.host_model() == "znver4"

@@ -3,7 +3,7 @@
 Checked: the IR before and after (the packed parameter's layout and dtype, the stage that
 rounds each node's state to bfloat16 pairs once, the lane x pair loops replaced by one
 `cortex_dpbf16ps` call; inside one parallel region, the pair rounded at each use); the
-assembly for Sapphire Rapids and Zen 4 (built here, never run: these tests run on any x86
+assembly for Cooper Lake and Zen 4 (built here, never run: these tests run on any x86
 host); the pairs the transform writes against numpy's own rounding; every internal node of
 TreeFC against a numpy product of the same bfloat16-rounded factors, both rounding paths
 against each other, export/load, and every zoo model's roots against float64 (these run the
@@ -21,10 +21,10 @@ from cortex_tvm.compiler import padded_model
 from cortex_tvm.data import postorder
 from cortex_tvm.models import reference64
 from cortex_tvm.schedule import RecSchedule, ScheduleError
-from cortex_tvm.target import host_features, make_target
+from cortex_tvm.target import host_features, host_llvm, make_target
 
 H = 32
-SAPPHIRE = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "sapphirerapids"}
+COOPER = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "cooperlake"}     # AVX512_BF16, no AMX
 ZEN4 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver4"}
 NO_BF16 = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "skylake-avx512"}
 
@@ -32,6 +32,10 @@ needs_bf16_cpu = pytest.mark.skipif(
     dot_bf16.FEATURE not in host_features(),
     reason="runs vdpbf16ps: this CPU has no AVX512_BF16 (Intel Cooper Lake / Sapphire Rapids or AMD Zen 4 "
            "and later); the IR and assembly tests still ran")
+
+
+#: this CPU without AMX: on an AMX CPU precision="bf16" multiplies on tiles (test_amx_bf16.py)
+DOT_HOST = {**host_llvm(), "mattr": host_llvm().get("mattr", []) + ["-amx-bf16", "-amx-int8", "-amx-tile"]}
 
 
 def bf16_bits(x):
@@ -114,7 +118,7 @@ def test_ir_before_and_after(sst):
     assert str(_param(rs._functions()["cortex_transform_params"], "W_packed").dtype) == "float32"
 
 
-@pytest.mark.parametrize("target", [SAPPHIRE, ZEN4], ids=["sapphirerapids", "znver4"])
+@pytest.mark.parametrize("target", [COOPER, ZEN4], ids=["cooperlake", "znver4"])
 def test_assembly_has_vdpbf16ps(target, sst):
     """Compiled for a CPU with AVX512_BF16 (not run: any x86 host can build it)."""
     _, V = sst
@@ -183,7 +187,7 @@ def test_every_node_against_numpy_bf16_products(sst):
     pairing mistake (a wrong half, a pair of the wrong k, a state not rounded) is 1e-3 or more."""
     trees, V = sst
     model = ct.models.TreeFC(hidden_size=H, vocab_size=V)
-    compiled = model.compile(precision="bf16")
+    compiled = model.compile(target=DOT_HOST, precision="bf16")
     assert "dot_bf16" in [s["primitive"] for s in compiled.trace]
     W, b, emb = (np.asarray(model.weights[k]) for k in ("W", "b", "emb"))
     W16 = bf16_round(W).astype(np.float64)
@@ -214,7 +218,7 @@ def test_every_node_against_numpy_bf16_products(sst):
 def test_zoo_model_against_float64(name, sst):
     trees, V = sst
     model = ct.models.BY_NAME[name](hidden_size=H, vocab_size=V, **OPTIONS.get(name, {}))
-    compiled = model.compile(precision="bf16")
+    compiled = model.compile(target=DOT_HOST, precision="bf16")
     assert compiled.precision == "bf16" and "dot_bf16" in [s["primitive"] for s in compiled.trace]
     assert "vdpbf16ps" in compiled.executable.mod.inspect_source("asm")
     batch = structures(name, trees[:12])
@@ -227,7 +231,7 @@ def test_zoo_model_against_float64(name, sst):
 def test_rounding_once_or_at_each_use_computes_the_same(sst):
     trees, V = sst
     model = ct.models.TreeLSTM(hidden_size=H, vocab_size=V)
-    steps = model.compile().trace
+    steps = model.compile(target=DOT_HOST).trace
 
     def schedule(persistent):
         def apply(rs):
@@ -237,8 +241,8 @@ def test_rounding_once_or_at_each_use_computes_the_same(sst):
                 rs.persistent_threads()
             return rs
         return apply
-    once = model.compile(schedule=schedule(False), precision="bf16")
-    each = model.compile(schedule=schedule(True), precision="bf16")
+    once = model.compile(target=DOT_HOST, schedule=schedule(False), precision="bf16")
+    each = model.compile(target=DOT_HOST, schedule=schedule(True), precision="bf16")
     assert "dot_bf16" in [s["primitive"] for s in once.trace]
     assert "persistent_threads" in [s["primitive"] for s in each.trace]
     batch = trees[:20]
@@ -250,7 +254,7 @@ def test_rounding_once_or_at_each_use_computes_the_same(sst):
 def test_export_and_load(sst, tmp_path):
     trees, V = sst
     model = ct.models.TreeLSTM(hidden_size=H, vocab_size=V)
-    compiled = model.compile(precision="bf16")
+    compiled = model.compile(target=DOT_HOST, precision="bf16")
     loaded = ct.load(compiled.export(str(tmp_path / "dot")))
     assert loaded.plan.bf16_weights == ("U",)
     np.testing.assert_array_equal(loaded(trees[:10]), compiled(trees[:10]))
@@ -261,7 +265,7 @@ def test_export_and_load(sst, tmp_path):
 def test_recipes_multiply_in_bf16_only_where_the_cpu_can(sst):
     _, V = sst
     model = ct.models.TreeLSTM(hidden_size=H, vocab_size=V)
-    for target, dot in ((SAPPHIRE, True), (ZEN4, True), (NO_BF16, False),
+    for target, dot in ((COOPER, True), (ZEN4, True), (NO_BF16, False),
                         ({"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "znver3"}, False)):
         tgt = make_target(target)
         assert dot_bf16.has_feature(tgt) is dot
@@ -275,14 +279,14 @@ def test_recipes_multiply_in_bf16_only_where_the_cpu_can(sst):
     # steps recipes get an optional dot_bf16 step before store_bf16; knob choices survive
     steps = recipes.Recipe("mine", steps=({"primitive": "pack", "args": {"weight": "U", "tile": 16}},),
                            knobs={"t": [16, 8]})
-    made = recipes.for_target(recipes.with_precision(steps.with_knobs(t=8), "bf16"), make_target(SAPPHIRE))
+    made = recipes.for_target(recipes.with_precision(steps.with_knobs(t=8), "bf16"), make_target(COOPER))
     assert [s["primitive"] for s in made.steps][-2:] == ["dot_bf16", "store_bf16"]
     assert made.steps[-2]["optional"] and made.chosen == {"t": 8}
     assert recipes.for_target(made, make_target(NO_BF16)).steps[-1]["primitive"] == "store_bf16"
     assert "dot_bf16" not in [s["primitive"] for s in recipes.for_target(made, make_target(NO_BF16)).steps]
     # a recipe written with its own bf16 steps is applied as written
     mine = recipes.Recipe("mine", steps=({"primitive": "store_bf16", "args": {}},))
-    assert recipes.for_target(mine, make_target(SAPPHIRE)) is mine
+    assert recipes.for_target(mine, make_target(COOPER)) is mine
     # and the compiled model says which: no vdpbf16ps for a CPU without it
     compiled = model.compile(target=NO_BF16, precision="bf16")
     assert "dot_bf16" not in [s["primitive"] for s in compiled.trace]

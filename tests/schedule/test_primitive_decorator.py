@@ -9,6 +9,7 @@ import tvm
 
 import cortex_tvm as ct
 from cortex_tvm import gpu_rewrites, tir_rewrites
+from cortex_tvm import amx_bf16 as amx_bf16_module
 from cortex_tvm import dot_bf16 as dot_bf16_module
 from cortex_tvm import fast_math as fast_math_module
 from cortex_tvm.schedule import RecSchedule, Step, kernels, program
@@ -43,6 +44,17 @@ def fc_tiled(rs):
 def fc_tiled16(rs):
     return rs.specialize_leaves().pack("W", axis=0, tile=16).tile_gemm("internal_h_sum", node_tile=2,
                                                                        column_tile=16, lanes=16)
+
+
+def lstm_before_amx(rs):
+    """The steps compile(precision="bf16") takes for Sapphire Rapids, up to amx_bf16."""
+    if "amx" not in _LOWERED:
+        sapphire = {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "sapphirerapids"}
+        trace = MODELS["TreeLSTM"]().compile(target=sapphire, precision="bf16").trace
+        _LOWERED["amx"] = trace[:[s["primitive"] for s in trace].index("amx_bf16")]
+    for step in _LOWERED["amx"]:
+        getattr(rs, step["primitive"])(**step["args"])
+    return rs
 
 
 def fc_columns(rs):
@@ -86,6 +98,9 @@ CASES = [
     Case("dot_bf16", "TreeFC", fc_tiled16, (), {"weight": None},
          {"weight": 3}, "dot_bf16: argument 'weight' must be str or None, got int 3",
          (dot_bf16_module, "pack_pairs", ValueError)),
+    Case("amx_bf16", "TreeLSTM", lstm_before_amx, (), {},
+         {"weight": "W"}, "amx_bf16: got an unexpected keyword argument 'weight'",
+         (amx_bf16_module, "rewrite", ValueError)),
     Case("dense_index", "TreeFC", specialized, ("child_sum",), {"tensor": "child_sum"},
          {"tensor": None}, "dense_index: argument 'tensor' must be str, got NoneType None",
          (tir_rewrites, "dense_index", ValueError)),

@@ -27,11 +27,10 @@ import os
 import sys
 
 import numpy as np
-from tvm.target import codegen
 
 from .. import data
 from ..schedule import ScheduleError
-from ..target import Machine, make_target
+from ..target import Machine, host_model, make_target
 from ..tune.features import WorkloadStats
 from ..tune.measure import Measurer
 from ..tune.pretrained import candidates
@@ -46,7 +45,7 @@ GENERATED_TREES = 400
 
 def cpu_name(mcpu: str) -> str:
     """The LLVM CPU name of `--mcpu` ("native": this host's)."""
-    return codegen.llvm_get_system_cpu() if mcpu == "native" else mcpu
+    return host_model() if mcpu == "native" else mcpu
 
 
 def target_for(cpu: str, cores: int | None = None):

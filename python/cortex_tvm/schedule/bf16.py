@@ -7,6 +7,7 @@ from dataclasses import replace
 import tvm
 import tvm_ffi
 
+from .. import amx_bf16 as _amx
 from .. import dot_bf16 as _dot
 from .. import dot_bf16_kernel as _kernel
 from .. import tir_rewrites
@@ -215,6 +216,91 @@ class Bf16Primitives:
             raise ScheduleError("dot_bf16: no packed weight fits: " + ("; ".join(f"{k}: {v}" for k, v in why.items())
                                                                        or "the kernel reads none"))
         self.plan = replace(self.plan, bf16_weights=self.plan.bf16_weights + tuple(done))
+        return self
+
+    @primitive
+    def amx_bf16(self):
+        """Run the GEMMs `dot_bf16` put on `vdpbf16ps` on Intel AMX tiles, 16 nodes at a time.
+
+        `tdpbf16ps` multiplies a tile of up to 16 nodes x 16 state pairs by 16 weight pair rows x
+        16 columns into 16 x 16 float32 accumulators: 16 `vdpbf16ps` in one instruction, from the
+        operands `dot_bf16` lays out (the weight's pairs, the state pairs rounded once per node).
+        Each node loop of such a GEMM (tiled one node at a time) becomes blocks of up to 16 nodes:
+        the tiles configured for the block's rows, the accumulators of every column vector of
+        the tile in tile registers (six at a time), one state tile load per 16 pairs and one
+        weight tile load and product per column vector, the tiles stored, then the epilogue per
+        node.  Accumulation, rounding and the epilogue are dot_bf16's (float32 sums of products
+        of bfloat16 values).  The code needs a CPU with AMX-BF16 (Intel Sapphire Rapids and
+        later) and a Linux that grants the tile state (`cortex_tvm.amx_bf16.request_permission`,
+        asked before the first call); the build refuses a target without it.
+        `compile(precision="bf16")` applies it by itself where the target has AMX.
+
+        Requires: dot_bf16 applied with its rounding stage (not with persistent_threads or
+        unroll_recursion), the GEMM tiled with node_tile=1 (the node loop holds the init, the
+        update and the epilogue), 16 lanes, and a reduction of a multiple of 16 pairs.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ScheduleError  no GEMM on vdpbf16ps, or one whose loops do not have the form above (the
+                       message says which part)
+
+        Examples
+        --------
+        Before (TreeLSTM H=256, ``tile_gemm("gates_sum", node_tile=1, column_tile=16)``, then
+        ``dot_bf16()``)::
+
+            for a in T.parallel(16):                                     # column tiles
+              for n in range(level_size):
+                gates_sum[n, 0:5, a * 16:a * 16 + 16] = 0                 # init
+                for j, k_0 in T.grid(2, 32):
+                  for k_1_0, g in T.grid(4, 5):                           # unrolled
+                    gates_sum[n, g, T.Ramp(a * 16, 1, 16)] = T.call_extern("float32x16", "cortex_dpbf16ps",
+                        gates_sum[n, g, T.Ramp(a * 16, 1, 16)], T.Broadcast(x_pairs[n, j, k // 2], 16),
+                        U_packed[a, (j * 256 + k) // 2, T.Ramp(g * 16, 1, 16)])
+                <epilogue of node n>
+
+        ``rs.amx_bf16()``; after::
+
+            for a in T.parallel(16):
+              for amx_block in range((level_size + 15) // 16):
+                amx_rows = T.min(16, level_size - amx_block * 16)
+                with T.sblock("gates_sum_update_amx"):
+                  amx_config = T.sblock_alloc_buffer((64,), "uint8", scope="local")
+                  <palette 1; tiles 0-6: amx_rows x 64 B; tile 7: 16 x 64 B>
+                  T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(amx_config[0]))
+                  T.call_llvm_intrin("void", "llvm.x86.tilezero", T.uint8(g))             # g = 0..4
+                  for amx_chunk in range(16):
+                    T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.uint8(6),
+                        T.address_of(x_pairs[amx_block * 16, amx_chunk // 8, amx_chunk % 8 * 16]), T.int64(1024))
+                    T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.uint8(7),
+                                       T.address_of(U_packed[a, amx_chunk * 16, g * 16]), T.int64(320))   # g = 0..4
+                    T.call_llvm_intrin("void", "llvm.x86.tdpbf16ps", T.uint8(g), T.uint8(6), T.uint8(7))
+                  T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.uint8(g),
+                                     T.address_of(gates_sum[amx_block * 16, g, a * 16]), T.int64(5120))
+                for amx_node in range(amx_rows):
+                  <epilogue of node amx_block * 16 + amx_node>
+        """
+        kernel = self.func
+        pairs = [p for p in kernel.params if str(getattr(p, "dtype", "")) == _dot.PAIR_STORAGE]
+        updates = [f"{b}_update" for b in self.tiled if _dot.has_block(kernel.body, f"{b}_update")]
+        if not pairs or not updates:
+            raise ScheduleError("amx_bf16: no GEMM of the kernel runs on vdpbf16ps (apply dot_bf16 first)")
+        done = 0
+        for update in updates:
+            try:
+                kernel, count = _amx.rewrite(kernel, update, pairs)
+            except _amx.NotAmx as err:
+                raise ScheduleError(f"amx_bf16: {err}") from err
+            done += count
+        if not done:
+            raise ScheduleError(f"amx_bf16: no node loop of {updates} holds its GEMM's init and update "
+                                "(tile_gemm with node_tile=1)")
+        self._replace(**{FUNC_NAME: kernel})
+        self.plan = replace(self.plan, amx=True)
         return self
 
     def _dot_bf16_one(self, name, pack):
