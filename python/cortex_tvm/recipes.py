@@ -165,11 +165,20 @@ def for_target(recipe: Recipe, target) -> Recipe:
     and widening cost more than half the bytes save (docs/benchmarks.md)."""
     if recipe.fp32_base is None:
         return recipe
-    dot = target is not None and _dot.has_feature(target)
-    amx = dot and _amx.has_feature(target)      # AMX rewrites dot_bf16's GEMMs (its tails keep vdpbf16ps)
+    kind = bf16_products(target)
+    dot, amx = kind != "storage", kind == "amx"
     if (dot, amx) == (recipe.bf16_dot, recipe.bf16_amx):
         return recipe
     return _bf16(replace(recipe.fp32_base, chosen=recipe.chosen), dot, amx)
+
+
+def bf16_products(target) -> str:
+    """How precision="bf16" multiplies on `target` (None: a target not known): "amx" (AMX-BF16
+    tiles, which rewrite dot_bf16's GEMMs and so need AVX512_BF16 too), "vdpbf16ps"
+    (AVX512_BF16) or "storage" (float32 products of widened weights)."""
+    if target is None or not _dot.has_feature(target):
+        return "storage"
+    return "amx" if _amx.has_feature(target) else "vdpbf16ps"
 
 
 #: the derived schedule's knobs for AMX tiles: a GEMM tile of one node (amx_bf16 takes 16 at a

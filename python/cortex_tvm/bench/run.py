@@ -35,6 +35,8 @@ import numpy as np
 import tvm
 
 from .. import data
+from ..recipes import bf16_products
+from ..target import make_target
 from ..version import __version__
 from . import BF16_SYSTEMS, TORCH_SYSTEMS, TRAIN_MODELS, TRAIN_SYSTEMS
 from .case_data import case_groups, reference_grads, train_direction, write_case
@@ -136,6 +138,11 @@ def _meta(args, torch_python, probe, skipped):
                  f"systems), every round",
         "args": {k: v for k, v in vars(args).items() if k != "run"},
     }
+    mcpu = getattr(args, "mcpu", None)
+    target = make_target({"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm")
+    meta["llvm_cpu"] = str(target.attrs.get("mcpu", "")) or "generic"
+    meta["bf16_products"] = {"amx": "AMX tiles", "vdpbf16ps": "vdpbf16ps",
+                             "storage": "float32 FMAs (storage only)"}[bf16_products(target)]
     if getattr(args, "train", False):
         meta.update(
             mode="train",
@@ -175,7 +182,8 @@ def bench(args) -> int:
     print(f"cortex-tvm bench: {args.threads} threads, {meta['cpu']}, loadavg {meta['loadavg_start'][0]:.2f}")
     print(f"  cortex_tvm {__version__}, tvm {meta['tvm']}, numpy {np.__version__}, "
           f"torch {meta['torch']}, dgl {meta['dgl']} ({torch_python or 'no torch python'})")
-    print(f"  cortex_tvm compiled for mcpu={getattr(args, 'mcpu', None) or 'this CPU'}")
+    print(f"  cortex_tvm compiled for mcpu={getattr(args, 'mcpu', None) or 'this CPU'} (LLVM CPU model "
+          f"{meta['llvm_cpu']}; precision='bf16' multiplies with {meta['bf16_products']})")
     use_torch = train and orchestrator_has_torch()
     if train:
         meta["grad_reference"] = ("float64 PyTorch autograd, eager per-node recursion" if use_torch else
