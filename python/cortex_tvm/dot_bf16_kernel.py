@@ -9,24 +9,11 @@ import tvm_ffi
 from tvm import tirx
 
 from .dot_bf16 import FUNC, IMPORT_ATTR, LANES, LLVM_IR, PAIR_STORAGE, has_block, pair_bits
+from .tir_builder import substitute, uses, var_dtype
 
 
 class NotADot(ValueError):
     """The GEMM update does not have the form the rewrite needs (the message says why)."""
-
-
-def _dtype(expr) -> str:
-    return str(expr.ty)
-
-
-def _subst(expr, mapping):
-    return tvm_ffi.structural_map(expr, (tvm.ir.Var, lambda v: mapping.get(v, v)), order="post")
-
-
-def _uses(expr, var) -> bool:
-    found = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.Var, lambda v: found.append(v) if v.same_as(var) else None))
-    return bool(found)
 
 
 def _all_loads(expr) -> list:
@@ -52,7 +39,7 @@ class _Update:
         self.w_source, self.pair_var = weight, P
         block = realize.block
         bind = {iv.var: value for iv, value in zip(block.iter_vars, realize.iter_values)}
-        store = _subst(block.body, bind)
+        store = substitute(block.body, bind)
         if not isinstance(store, tirx.BufferStore) or block.init is not None:
             raise NotADot(f"{block.name_hint!r} is not one store (decompose its reduction first)")
         value = store.value
@@ -73,16 +60,16 @@ class _Update:
         if not (isinstance(w, tvm.ir.TensorLoad) and w.source.same_as(weight)) or _loads_of(x, weight):
             raise NotADot(f"{block.name_hint!r} does not multiply one load of {weight.name!r} by a value "
                           "that does not read it")
-        if str(store.buffer.dtype) != "float32" or _dtype(x) != "float32":
+        if str(store.buffer.dtype) != "float32" or var_dtype(x) != "float32":
             raise NotADot(f"{block.name_hint!r} is not float32")
-        if _uses(x, L):
+        if uses(x, L):
             raise NotADot(f"the state operand of {block.name_hint!r} changes along the lanes")
-        pred = _subst(realize.predicate, bind)
-        if _uses(pred, L) or _uses(pred, P):
+        pred = substitute(realize.predicate, bind)
+        if uses(pred, L) or uses(pred, P):
             raise NotADot(f"{block.name_hint!r} has a bounds check inside the lanes")
 
         def at(e, lane, pair):
-            return ana.simplify(_subst(e, {L: tirx.const(lane, _dtype(L)), P: tirx.const(pair, _dtype(P))}))
+            return ana.simplify(substitute(e, {L: tirx.const(lane, var_dtype(L)), P: tirx.const(pair, var_dtype(P))}))
 
         def steps(indices, dim_lane, dim_pair):
             base = [at(i, 0, 0) for i in indices]
@@ -124,7 +111,7 @@ class _Update:
         if _loads_of(x, self.w_source) or not body.indices or not body.indices[0].same_as(block.iter_vars[0].var):
             return None
         node = block.iter_vars[0]
-        moving = [iv for iv in block.iter_vars if _uses(bind[iv.var], self.pair_var)]
+        moving = [iv for iv in block.iter_vars if uses(bind[iv.var], self.pair_var)]
         if len(moving) != 1 or moving[0].iter_type != 2 or node.iter_type != 0:
             return None
         pair = moving[0]
@@ -138,7 +125,7 @@ class _Update:
         if not (isinstance(node.dom.min, tirx.IntImm) and node.dom.min.value == 0):
             return None
         allowed = [node, pair] + others
-        if any(_uses(x, iv.var) for iv in block.iter_vars if not any(iv.same_as(a) for a in allowed)):
+        if any(uses(x, iv.var) for iv in block.iter_vars if not any(iv.same_as(a) for a in allowed)):
             return None        # the operand varies along a spatial axis other than the node
         index = [at(bind[node.var], 0, 0)] + [at(bind[iv.var], 0, 0) for iv in others] \
             + [tirx.floordiv(at(bind[pair.var], 0, 0), 2)]
@@ -156,8 +143,8 @@ class _Update:
         v_others = [tirx.Var(f"v_r{i}", "int32") for i in range(len(others))]
         v_pair = tirx.Var("v_kp", "int32")
         mapping = {node.var: v_node, **{iv.var: v for iv, v in zip(others, v_others)}}
-        low = _subst(x, {**mapping, pair.var: v_pair * 2})
-        high = _subst(x, {**mapping, pair.var: v_pair * 2 + 1})
+        low = substitute(x, {**mapping, pair.var: v_pair * 2})
+        high = substitute(x, {**mapping, pair.var: v_pair * 2 + 1})
         body = tirx.BufferStore(scratch, pair_bits(low, high), [v_node, *v_others, v_pair])
         iter_vars = ([tirx.IterVar(node.dom, v_node, tirx.IterVar.DataPar)]
                      + [tirx.IterVar(iv.dom, v, tirx.IterVar.DataPar) for iv, v in zip(others, v_others)]

@@ -86,5 +86,15 @@ def uses(e, var) -> bool:
     return any(found)
 
 
+def substitute(e, mapping: dict):
+    """`e` with every variable in `mapping` replaced by its value (a TIR expression or statement)."""
+    return tvm_ffi.structural_map(e, (tvm.ir.Var, lambda v: mapping.get(v, v)), order="post")
+
+
+def var_dtype(e) -> str:
+    """The dtype of a TIR variable or expression ("int32", "float32x16")."""
+    return str(e.ty)
+
+
 def as_list(loops):
     return [loops] if isinstance(loops, tvm.ir.Var) else list(loops)

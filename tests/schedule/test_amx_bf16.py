@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
-from cortex_tvm import amx_bf16, recipes
+from cortex_tvm import amx_bf16, amx_bf16_kernel, recipes
 from cortex_tvm.bench.cases import OPTIONS, structures
 from cortex_tvm.compile_cache import build_module
 from cortex_tvm.compiler import padded_model
@@ -196,7 +196,7 @@ def test_tiles_compute_what_vdpbf16ps_computes(sst):
     batch = trees[:60]
     lin = tiles.linearize(batch)
     widths = np.diff(np.asarray(lin.level_offsets))
-    assert widths.max() > 2 * amx_bf16.ROWS and (widths % amx_bf16.ROWS).max() > 0
+    assert widths.max() > 2 * amx_bf16_kernel.ROWS and (widths % amx_bf16_kernel.ROWS).max() > 0
     a, b = tiles(batch, all_nodes=True), dot(batch, all_nodes=True)
     assert max(float(np.abs(x - y).max()) for x, y in zip(a, b)) <= 1e-5
     assert float(np.abs(tiles(batch) - reference64(model, batch)).max()) <= 1e-2

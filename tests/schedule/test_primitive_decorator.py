@@ -9,7 +9,7 @@ import tvm
 
 import cortex_tvm as ct
 from cortex_tvm import gpu_rewrites, tir_rewrites
-from cortex_tvm import amx_bf16 as amx_bf16_module
+from cortex_tvm import amx_bf16_kernel as amx_bf16_module
 from cortex_tvm import dot_bf16 as dot_bf16_module
 from cortex_tvm import fast_math as fast_math_module
 from cortex_tvm.schedule import RecSchedule, Step, kernels, program

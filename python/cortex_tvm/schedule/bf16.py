@@ -7,10 +7,11 @@ from dataclasses import replace
 import tvm
 import tvm_ffi
 
-from .. import amx_bf16 as _amx
+from .. import amx_bf16_kernel as _amx
 from .. import dot_bf16 as _dot
 from .. import dot_bf16_kernel as _kernel
 from .. import tir_rewrites
+from ..tir_builder import uses
 from ..lower import FUNC_NAME, TRANSFORM_FUNC
 from .core import REDUCE as _REDUCE
 from .core import ScheduleError, primitive
@@ -358,7 +359,7 @@ class Bf16Primitives:
         reduce_vars = [value for iv, value in zip(realize[0].block.iter_vars, realize[0].iter_values)
                        if iv.iter_type == _REDUCE]
         reducing = [loop for loop in loops
-                    if any(_kernel._uses(value, sch.get(loop).loop_var) for value in reduce_vars)]
+                    if any(uses(value, sch.get(loop).loop_var) for value in reduce_vars)]
         if not reducing:
             raise ScheduleError(f"{update!r} has no reduction loop")
         inner = reducing[-1]
