@@ -229,8 +229,10 @@ class Bf16Primitives:
         Each node loop of such a GEMM (tiled one node at a time) becomes blocks of up to 16 nodes:
         the tiles configured for the block's rows, the accumulators of every column vector of
         the tile in tile registers (six at a time), one state tile load per 16 pairs and one
-        weight tile load and product per column vector, the tiles stored, then the epilogue per
-        node.  Accumulation, rounding and the epilogue are dot_bf16's (float32 sums of products
+        weight tile load and product per column vector, the tiles stored (through a tile on the
+        stack, whose rows are copied: the build may shrink the accumulators' allocation to one
+        column tile per thread, which would change a stride given to `tilestored`), then the
+        epilogue per node.  Accumulation, rounding and the epilogue are dot_bf16's (float32 sums of products
         of bfloat16 values).  The code needs a CPU with AMX-BF16 (Intel Sapphire Rapids and
         later) and a Linux that grants the tile state (`cortex_tvm.amx_bf16.request_permission`,
         asked before the first call); the build refuses a target without it.
@@ -271,6 +273,7 @@ class Bf16Primitives:
                 amx_rows = T.min(16, level_size - amx_block * 16)
                 with T.sblock("gates_sum_update_amx"):
                   amx_config = T.sblock_alloc_buffer((64,), "uint8", scope="local")
+                  amx_tile = T.sblock_alloc_buffer((16, 16), scope="local")
                   <palette 1; tiles 0-6: amx_rows x 64 B; tile 7: 16 x 64 B>
                   T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(amx_config[0]))
                   T.call_llvm_intrin("void", "llvm.x86.tilezero", T.uint8(g))             # g = 0..4
@@ -280,8 +283,10 @@ class Bf16Primitives:
                     T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.uint8(7),
                                        T.address_of(U_packed[a, amx_chunk * 16, g * 16]), T.int64(320))   # g = 0..4
                     T.call_llvm_intrin("void", "llvm.x86.tdpbf16ps", T.uint8(g), T.uint8(6), T.uint8(7))
-                  T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.uint8(g),
-                                     T.address_of(gates_sum[amx_block * 16, g, a * 16]), T.int64(5120))
+                  T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.uint8(g),     # g = 0..4
+                                     T.address_of(amx_tile[0, 0]), T.int64(64))      # a stack tile
+                  for amx_row in range(amx_rows):
+                    gates_sum[amx_block * 16 + amx_row, g, T.Ramp(a * 16, 1, 16)] = amx_tile[amx_row, 0:16]
                 for amx_node in range(amx_rows):
                   <epilogue of node amx_block * 16 + amx_node>
         """
