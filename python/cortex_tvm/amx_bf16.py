@@ -5,8 +5,8 @@ the build's check, the tile state a process asks Linux for); the rewrite is
 
 An AMX core holds eight tile registers of up to 16 rows x 64 bytes.  `tdpbf16ps C, A, B`
 adds to the float32 tile C (rows x 16) the product of A (rows x 16 bfloat16 pairs) and B (16
-pair rows x 16 columns, each element a pair): 16 x 16 x 32 multiply-adds, 16 times one
-`vdpbf16ps`.  The operands `dot_bf16` lays out are already the tiles' layouts:
+pair rows x 16 columns, each element a pair): 16 x 16 x 32 = 8192 multiply-adds, the work of
+256 `vdpbf16ps` (32 each).  The operands `dot_bf16` lays out are already the tiles' layouts:
 
 * B: the weight's pairs `W_packed[a, kp, c]` (uint32: `W[.., 2 kp]` low, `W[.., 2 kp + 1]`
   high), 16 consecutive `kp` rows of 16 consecutive columns: one `tileloadd` with the packed

@@ -5,8 +5,9 @@ the tile state a process asks for).
 The loop nest it takes (a GEMM tiled one node at a time, `tile_gemm(node_tile=1)`): the node
 loop's body holds the accumulators' init, the update nest (one `cortex_dpbf16ps` per column
 vector and reduction pair) and the epilogue.  What it writes per block of nodes: the tile
-configuration for the block's rows (`ldtilecfg`), up to six accumulator tiles zeroed (one per
-column vector the update nest writes: TreeLSTM's five gates), then for every 16 pairs of the
+configuration for the block's rows (`ldtilecfg`), up to six accumulator tiles zeroed at a time
+(one per column vector the update nest writes: TreeLSTM's five gates times the tile's column
+vectors, ten with the default two), then for every 16 pairs of the
 reduction the state tile loaded once and, per accumulator tile, the weight tile and
 `tdpbf16ps`; the tiles stored through a stack tile and copied row by row; the epilogue per node
 of the block.  Tiles 0-5 hold accumulators, 6 the state pairs (A), 7 the weight pairs (B); more

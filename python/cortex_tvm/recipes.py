@@ -153,7 +153,7 @@ def with_precision(recipe: Recipe, precision: str) -> Recipe:
 def for_target(recipe: Recipe, target) -> Recipe:
     """A bf16 recipe `with_precision` made, multiplying as the target's CPU allows: on AMX tiles
     where it has AMX-BF16 (`amx_bf16.has_feature`: `dot_bf16` then `amx_bf16`, one node per GEMM
-    tile and two column vectors, the form the tiles take), with `dot_bf16` where it has
+    tile, the form the tiles take, and two column vectors, `AMX_KNOBS`), with `dot_bf16` where it has
     AVX512_BF16 (`dot_bf16.has_feature`), else storage-only.  The multiplying steps are optional:
     a model whose GEMMs do not fit keeps the next kind down.  Knob choices are kept (a node tile
     chosen above 1 leaves AMX out); target None: storage-only.  Any other recipe is unchanged (a
@@ -162,7 +162,7 @@ def for_target(recipe: Recipe, target) -> Recipe:
     On a Sapphire Rapids class Xeon (2 cores, TreeLSTM H=256, in-process A/B against fp32) AMX
     ran 1.3x / 2.1x / 2.5x faster than fp32 at batch 1 / 10 / 64 and `vdpbf16ps` 0.9x / 0.6x /
     0.6x: that CPU issues `vdpbf16ps` at the rate of its two fp32 FMA units, and the pairs' rounding
-    and widening cost more than half the bytes save (docs/benchmarks.md)."""
+    and widening cost more than the halved bytes save (docs/benchmarks.md)."""
     if recipe.fp32_base is None:
         return recipe
     kind = bf16_products(target)

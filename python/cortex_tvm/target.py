@@ -40,8 +40,8 @@ X86_ISA = {
     "avxneconvert": "avx_ne_convert", "cmpccxadd": "cmpccxadd",
 }
 
-#: LLVM CPU models `host_llvm` weighs against what a CPU reports when LLVM's own guess misses
-#: some of its extensions (oldest first: a tie keeps the older model)
+#: LLVM CPU models `host_model` weighs against LLVM's own guess by the extensions a CPU reports
+#: (a tie keeps LLVM's guess, then the earlier entry)
 X86_MODELS = (
     "skylake-avx512", "cascadelake", "cooperlake", "icelake-server", "sapphirerapids", "emeraldrapids",
     "graniterapids", "diamondrapids", "znver3", "znver4", "znver5", "haswell", "alderlake", "arrowlake")

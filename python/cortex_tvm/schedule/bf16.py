@@ -224,7 +224,7 @@ class Bf16Primitives:
         """Run the GEMMs `dot_bf16` put on `vdpbf16ps` on Intel AMX tiles, 16 nodes at a time.
 
         `tdpbf16ps` multiplies a tile of up to 16 nodes x 16 state pairs by 16 weight pair rows x
-        16 columns into 16 x 16 float32 accumulators: 16 `vdpbf16ps` in one instruction, from the
+        16 columns into 16 x 16 float32 accumulators (8192 multiply-adds, 256 `vdpbf16ps`' work), from the
         operands `dot_bf16` lays out (the weight's pairs, the state pairs rounded once per node).
         Each node loop of such a GEMM (tiled one node at a time) becomes blocks of up to 16 nodes:
         the tiles configured for the block's rows, the accumulators of every column vector of
