@@ -2,6 +2,7 @@
 `dot_bf16` (the tiled GEMMs on AVX512_BF16's `vdpbf16ps`, `dot_bf16.py`)."""
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import tvm
@@ -239,8 +240,10 @@ class Bf16Primitives:
         `compile(precision="bf16")` applies it by itself where the target has AMX.
 
         Requires: dot_bf16 applied with its rounding stage (not with persistent_threads or
-        unroll_recursion), the GEMM tiled with node_tile=1 (the node loop holds the init, the
-        update and the epilogue), 16 lanes, and a reduction of a multiple of 16 pairs.
+        unroll_recursion, nor for an operand that varies along another axis than the node:
+        ChildSum's forget gates, one per child), the GEMM tiled with node_tile=1 (the node loop
+        holds the init, the update and the epilogue), 16 lanes, and a reduction of a multiple
+        of 16 pairs.  A GEMM that does not fit keeps `vdpbf16ps`; ScheduleError when none fits.
 
         Returns
         -------
@@ -248,7 +251,7 @@ class Bf16Primitives:
 
         Raises
         ------
-        ScheduleError  no GEMM on vdpbf16ps, or one whose loops do not have the form above (the
+        ScheduleError  no GEMM on vdpbf16ps, or none whose loops have the form above (the
                        message says which part)
 
         Examples
@@ -295,16 +298,21 @@ class Bf16Primitives:
         updates = [f"{b}_update" for b in self.tiled if _dot.has_block(kernel.body, f"{b}_update")]
         if not pairs or not updates:
             raise ScheduleError("amx_bf16: no GEMM of the kernel runs on vdpbf16ps (apply dot_bf16 first)")
-        done = 0
-        for update in updates:
+        done, why, kept = 0, [], set()
+        for update in sorted(updates, key=lambda u: bool(re.search(r"_tail\d+_update$", u))):          # a GEMM that does not fit keeps vdpbf16ps, and so do its tails
+            gemm = re.sub(r"_tail\d+_update$", "_update", update)
+            if gemm in kept:
+                continue
             try:
                 kernel, count = _amx.rewrite(kernel, update, pairs)
             except _amx.NotAmx as err:
-                raise ScheduleError(f"amx_bf16: {err}") from err
+                why.append(str(err))
+                kept.add(gemm)
+                continue
             done += count
         if not done:
-            raise ScheduleError(f"amx_bf16: no node loop of {updates} holds its GEMM's init and update "
-                                "(tile_gemm with node_tile=1)")
+            raise ScheduleError("amx_bf16: " + ("; ".join(why) or f"no node loop of {updates} holds its GEMM's "
+                                               "init and update (tile_gemm with node_tile=1)"))
         self._replace(**{FUNC_NAME: kernel})
         self.plan = replace(self.plan, amx=True)
         return self
