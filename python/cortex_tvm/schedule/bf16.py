@@ -298,8 +298,9 @@ class Bf16Primitives:
         updates = [f"{b}_update" for b in self.tiled if _dot.has_block(kernel.body, f"{b}_update")]
         if not pairs or not updates:
             raise ScheduleError("amx_bf16: no GEMM of the kernel runs on vdpbf16ps (apply dot_bf16 first)")
+        # a GEMM that does not fit keeps vdpbf16ps, and so do its tails (level_tails' copies)
         done, why, kept = 0, [], set()
-        for update in sorted(updates, key=lambda u: bool(re.search(r"_tail\d+_update$", u))):          # a GEMM that does not fit keeps vdpbf16ps, and so do its tails
+        for update in sorted(updates, key=lambda u: bool(re.search(r"_tail\d+_update$", u))):
             gemm = re.sub(r"_tail\d+_update$", "_update", update)
             if gemm in kept:
                 continue
