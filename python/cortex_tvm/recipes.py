@@ -190,7 +190,9 @@ def finish_bf16(rs: RecSchedule, dot: bool, amx: bool = False) -> RecSchedule:
     """What precision "bf16" adds after a schedule: `dot_bf16()` when `dot` and then `amx_bf16()`
     when `amx` (each skipped where no GEMM fits it), then `store_bf16()` for the packed weights
     left in float32."""
-    for wanted, step in ((dot, rs.dot_bf16), (dot and amx, rs.amx_bf16)):
+    # on AMX a GEMM the tiles cannot take is better storage-only than on vdpbf16ps, rounding at
+    # each use (`dot_bf16(round_once_only=True)`)
+    for wanted, step in ((dot, lambda: rs.dot_bf16(round_once_only=amx)), (dot and amx, rs.amx_bf16)):
         if wanted:
             try:
                 step()
@@ -215,7 +217,8 @@ def _bf16(base: Recipe, dot: bool, amx: bool = False) -> Recipe:
             return finish_bf16(rs, dot, amx)
         return replace(base, apply_fn=then_bf16, knobs=knobs, precision="bf16", fp32_base=fp32, bf16_dot=dot,
                        bf16_amx=amx)
-    dot_step = ({"primitive": "dot_bf16", "args": {}, "optional": True},) if dot else ()
+    dot_step = ({"primitive": "dot_bf16", "args": {"round_once_only": True} if amx else {}, "optional": True},) \
+        if dot else ()
     amx_step = ({"primitive": "amx_bf16", "args": {}, "optional": True},) if dot and amx else ()
     return replace(base, steps=tuple(base.steps) + dot_step + amx_step + ({"primitive": "store_bf16", "args": {}},),
                    knobs=knobs, precision="bf16", fp32_base=fp32, bf16_dot=dot, bf16_amx=amx)

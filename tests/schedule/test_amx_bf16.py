@@ -129,7 +129,7 @@ def test_recipes_use_tiles_only_where_the_cpu_has_them(sst):
     steps = recipes.Recipe("mine", steps=({"primitive": "pack", "args": {"weight": "U", "tile": 16}},))
     made = recipes.for_target(recipes.with_precision(steps, "bf16"), make_target(SAPPHIRE))
     assert [s["primitive"] for s in made.steps][-3:] == ["dot_bf16", "amx_bf16", "store_bf16"]
-    assert made.steps[-2]["optional"]
+    assert made.steps[-2]["optional"] and made.steps[-3]["args"] == {"round_once_only": True}
     # a node tile the user chose is kept: amx_bf16 does not fit it, and vdpbf16ps multiplies
     tgt = make_target(SAPPHIRE)
     chosen = recipes.resolve(padded_model(model, tgt), tgt, None).with_knobs(node_tile=3)
@@ -166,6 +166,27 @@ def test_errors(sst):
         build_module(rs.finalize().module(), make_target(COOPER))
 
 
+def test_a_gemm_that_rounds_at_each_use_stays_storage_only(sst):
+    """ChildSum's forget gates take one product per child, so their state operand cannot be rounded
+    once per node: precision="bf16" for an AMX CPU leaves U_f storage-only (dot_bf16 with
+    round_once_only), and a dot_bf16 of U_f alone with round_once_only is refused by name."""
+    _, V = sst
+    model = ct.models.ChildSumTreeLSTM(hidden_size=H, vocab_size=V, max_children=4)
+    compiled = model.compile(target=SAPPHIRE, precision="bf16")
+    steps = {s["primitive"]: s["args"] for s in compiled.trace}
+    assert steps["dot_bf16"] == {"weight": None, "round_once_only": True} and compiled.plan.amx
+    asm = compiled.executable.mod.inspect_source("asm")
+    assert "tdpbf16ps" in asm and "vdpbf16ps" not in asm and "U_f" in compiled.plan.bf16_weights
+    # without round_once_only (a CPU with AVX512_BF16 alone), U_f's GEMM is on vdpbf16ps
+    assert "vdpbf16ps" in model.compile(target=COOPER, precision="bf16").executable.mod.inspect_source("asm")
+    fresh = RecSchedule(padded_model(model, make_target(SAPPHIRE)).lower(specialize_leaves=False))
+    for step in compiled.trace[:[s["primitive"] for s in compiled.trace].index("dot_bf16")]:
+        getattr(fresh, step["primitive"])(**step["args"])
+    with pytest.raises(ScheduleError, match="rounds its state operand at each use .* round_once_only"):
+        fresh.dot_bf16("U_f", round_once_only=True)
+    fresh.dot_bf16("U_iou", round_once_only=True)          # rounded once per node: fits
+
+
 # -- numbers (run the kernel) ---------------------------------------------------------------
 
 @needs_amx_cpu
@@ -178,10 +199,12 @@ def test_zoo_model_against_float64(name, sst):
     full = reference64(model, batch)
     err = float(np.abs(np.asarray(compiled(batch), np.float64) - full).max())
     assert 0 < err <= 1e-2 * max(1.0, float(np.abs(full).max())), err
-    # every zoo model has a GEMM the tiles take (ChildSum's forget gates, one per child, keep vdpbf16ps)
-    assert compiled.plan.amx and "tdpbf16ps" in compiled.executable.mod.inspect_source("asm")
+    # every zoo model has a GEMM the tiles take; ChildSum's forget gates (one product per child,
+    # rounded at each use) are left storage-only, not put on vdpbf16ps (round_once_only)
+    asm = compiled.executable.mod.inspect_source("asm")
+    assert compiled.plan.amx and "tdpbf16ps" in asm
     if name == "childsum":
-        assert "vdpbf16ps" in compiled.executable.mod.inspect_source("asm")
+        assert "vdpbf16ps" not in asm and "U_f" in compiled.plan.bf16_weights
 
 
 @needs_amx_cpu

@@ -95,7 +95,7 @@ CASES = [
     Case("store_bf16", "TreeFC", packed, (), {"weight": None},
          {"weight": 3}, "store_bf16: argument 'weight' must be str or None, got int 3",
          (tir_rewrites, "store_bf16", ValueError)),
-    Case("dot_bf16", "TreeFC", fc_tiled16, (), {"weight": None},
+    Case("dot_bf16", "TreeFC", fc_tiled16, (), {"weight": None, "round_once_only": False},
          {"weight": 3}, "dot_bf16: argument 'weight' must be str or None, got int 3",
          (dot_bf16_module, "pack_pairs", ValueError)),
     Case("amx_bf16", "TreeLSTM", lstm_before_amx, (), {},

@@ -1,5 +1,5 @@
-"""ChildSum TreeLSTM (max 8 children) H=256: fp32, bf16 on AMX (its forget gates, one per child,
-keep vdpbf16ps) and bf16 on vdpbf16ps alone (this CPU without AMX), interleaved, best of 5."""
+"""ChildSum TreeLSTM (max 8 children) H=256: fp32, bf16 as compile(precision="bf16") builds it on
+this AMX CPU, and bf16 on vdpbf16ps alone (this CPU without AMX), interleaved, best of 5."""
 import os, time
 os.environ.setdefault("TVM_NUM_THREADS", "2")
 import cortex_tvm as ct

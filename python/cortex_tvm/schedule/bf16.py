@@ -96,7 +96,7 @@ class Bf16Primitives:
         return self
 
     @primitive
-    def dot_bf16(self, weight: str | None = None):
+    def dot_bf16(self, weight: str | None = None, round_once_only: bool = False):
         """Multiply packed weights in bfloat16 with AVX512_BF16's `vdpbf16ps` (32 multiply-adds per instruction).
 
         For a weight whose GEMMs are register-tiled (`tile_gemm`, 16 lanes):
@@ -134,10 +134,16 @@ class Bf16Primitives:
         lanes; apply it after tile_gemm and parallel_columns (it splits off the
         reduction's init itself).  `weight` None: every packed float32
         weight the kernel reads that fits; ScheduleError when none does.
+        With `round_once_only`, a weight fits only if each of its GEMMs rounds
+        its state operand once per node (not ChildSum's forget gates, one
+        product per child): on an AMX CPU (`amx_bf16`) a GEMM on `vdpbf16ps`
+        that rounds at each use ran slower than float32 products of the
+        stored bfloat16 weights (docs/benchmarks.md).
 
         Parameters
         ----------
         weight : str or None   a packed weight (e.g. "U"); None for every one that fits
+        round_once_only : bool  only GEMMs whose state operand is rounded once per node fit
 
         Returns
         -------
@@ -147,7 +153,8 @@ class Bf16Primitives:
         ------
         ScheduleError  a weight that is not packed, not read by a tiled GEMM of the kernel, stored as
                        bfloat16 already, or whose GEMM does not have the form above (the message
-                       says which part); None and no weight fits
+                       says which part, or that it rounds at each use with round_once_only);
+                       None and no weight fits
 
         Examples
         --------
@@ -206,7 +213,7 @@ class Bf16Primitives:
         for name in chosen:
             saved = (self.sch.copy(), list(self._pending_decompose))
             try:
-                self._dot_bf16_one(name, packs[name])
+                self._dot_bf16_one(name, packs[name], round_once_only)
                 done.append(name)
             except (_kernel.NotADot, ScheduleError, tvm.s_tir.ScheduleError) as err:
                 if weight is not None:
@@ -318,7 +325,7 @@ class Bf16Primitives:
         self.plan = replace(self.plan, amx=True)
         return self
 
-    def _dot_bf16_one(self, name, pack):
+    def _dot_bf16_one(self, name, pack, round_once_only: bool = False):
         """dot_bf16 for one weight: split and reorder each tiled GEMM reading it (s_tir), then the
         TIR rewrites of the kernel and the transform (see cortex_tvm.dot_bf16)."""
         buffer = next(p for p in self.func.params if p.name == packed_name(name))
@@ -350,6 +357,9 @@ class Bf16Primitives:
             kernel, count = _kernel.rewrite_updates(kernel, update, buffer, pairs, round_once)
             if not count:
                 raise ScheduleError(f"{update!r}: no {_dot.LANES}-lane x pair loop nest to rewrite")
+            if round_once_only and not _dot.has_block(kernel.body, f"{update}_x_pairs"):
+                raise ScheduleError(f"{update!r} rounds its state operand at each use (it varies along another "
+                                    "axis than the node), and round_once_only is set")
         kernel = _dot.widen_reads(kernel, buffer, pairs)
         _, axis, tile, groups, extent = pack
         transform = _dot.pack_pairs(self.transform_func, name, packed_name(name),
