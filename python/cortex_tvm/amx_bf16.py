@@ -29,7 +29,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from .target import host_isa, make_target
+from .target import has_features, host_isa
 
 #: the LLVM x86 features the code needs
 FEATURES = ("amx-tile", "amx-bf16")
@@ -43,10 +43,7 @@ _permission = []
 # ----------------------------------------------------------------------------- targets
 def has_feature(target) -> bool:
     """Whether the CPU target's LLVM features include AMX tiles with bfloat16 products."""
-    target = make_target(target)
-    if target.kind.name != "llvm":
-        return False
-    return set(FEATURES) <= set(tvm.target.codegen.llvm_get_cpu_features(target))
+    return has_features(target, FEATURES)
 
 
 def uses_amx(mod) -> bool:
@@ -65,8 +62,9 @@ def uses_amx(mod) -> bool:
 
 
 def check_target(mod, target) -> None:
-    """ValueError when `mod` uses AMX and the target's CPU has no AMX-BF16; otherwise, for AMX
-    code, the tile state requested for this process (`request_permission`)."""
+    """For a build of `mod`: ValueError when it uses AMX and the target's CPU has no AMX-BF16;
+    AMX code that this CPU runs gets the process's tile state (`request_permission`), and code
+    built here for another CPU, never run here, asks for nothing."""
     if not uses_amx(mod):
         return
     if not has_feature(target):
@@ -74,12 +72,8 @@ def check_target(mod, target) -> None:
         raise ValueError(f"this schedule uses AMX tiles (amx_bf16), which need a CPU with AMX-BF16; the target "
                          f"{str(mcpu) or 'generic'!r} has none.  Build it for such a CPU (mcpu='sapphirerapids'), "
                          "or leave amx_bf16 out (dot_bf16 and store_bf16 run without AMX)")
-
-
-def runs_here(mod) -> bool:
-    """Whether `mod` holds AMX code and this CPU has AMX (code built here for another CPU is
-    never run here, and asks for nothing)."""
-    return uses_amx(mod) and set(FEATURES) <= host_isa()
+    if set(FEATURES) <= host_isa():
+        request_permission()
 
 
 def request_permission() -> None:

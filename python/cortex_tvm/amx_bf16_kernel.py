@@ -22,6 +22,7 @@ import tvm_ffi
 from tvm import tirx
 
 from .amx_bf16 import DOT
+from .dot_bf16 import has_block
 from .tir_builder import substitute, uses, var_dtype
 
 #: rows of a tile (nodes of a block) and 32-bit elements of a tile row (pairs, float32 columns)
@@ -88,7 +89,7 @@ class _Nest:
     def __init__(self, node_loop, update, init, outer, pairs):
         self.loop, self.update, self.init = node_loop, update, init
         parts = list(node_loop.body.seq) if isinstance(node_loop.body, tirx.SeqStmt) else [node_loop.body]
-        holds = [(_has(p, update), _has(p, init)) for p in parts]
+        holds = [(has_block(p, update), has_block(p, init)) for p in parts]
         if sum(u for u, _ in holds) != 1:
             raise NotAmx(f"the node loop of {update!r} holds {sum(u for u, _ in holds)} update nests, not one")
         found = _dot_call(parts[[u for u, _ in holds].index(True)], update)
@@ -231,18 +232,13 @@ class _Nest:
         return tirx.For(i, 0, 64, tirx.ForKind.SERIAL, tirx.BufferStore(config, tirx.const(0, "uint8"), [i]))
 
 
-def _has(stmt, name) -> bool:
-    found = []
-    tvm_ffi.structural_walk(stmt, (tvm.s_tir.stmt.SBlock, lambda b: found.append(b) if b.name_hint == name else None))
-    return bool(found)
-
-
 def _node_loops(stmt, update, init, outer, out):
     """Collect (node loop, loops above it) for every loop whose body holds the init and the
     update nest of the GEMM as separate statements."""
     if isinstance(stmt, tirx.For):
         parts = list(stmt.body.seq) if isinstance(stmt.body, tirx.SeqStmt) else [stmt.body]
-        if any(_has(p, update) for p in parts) and any(_has(p, init) and not _has(p, update) for p in parts):
+        holds = [(has_block(p, update), has_block(p, init)) for p in parts]
+        if any(u for u, _ in holds) and any(i and not u for u, i in holds):
             out.append((stmt, list(outer)))
             return
         _node_loops(stmt.body, update, init, outer + [(stmt.loop_var, stmt.min, stmt.extent)], out)
@@ -262,8 +258,7 @@ def _node_loops(stmt, update, init, outer, out):
 def rewrite(func, update: str, pairs):
     """Each node loop of the GEMM whose update is `update` (after dot_bf16, one node per tile;
     `pairs`: the kernel's weight-pair buffers) on AMX tiles (see the module docstring).  Returns
-    (func, how many loops); NotAmx when a loop
-    does not have the form."""
+    (func, how many loops); NotAmx when a loop does not have the form."""
     init = update[:-len("_update")] + "_init" if update.endswith("_update") else update + "_init"
     found = []
     _node_loops(func.body, update, init, [], found)

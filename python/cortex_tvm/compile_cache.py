@@ -116,9 +116,7 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
     global _compiles
     pass_config = pass_config or {}
     dot_bf16.check_target(mod, target)      # vdpbf16ps code for a CPU without it: a clear error, not SIGILL
-    amx_bf16.check_target(mod, target)      # the same for AMX tiles
-    if amx_bf16.runs_here(mod):
-        amx_bf16.request_permission()       # Linux lends the tile state to a process that asks
+    amx_bf16.check_target(mod, target)      # the same for AMX tiles, and the tile state Linux lends on request
     key = (tvm_ffi.structural_hash(mod), str(target), repr(sorted(pass_config.items())))
     with _cache_lock:
         if key in _cache:

@@ -42,7 +42,7 @@ import tvm_ffi
 from tvm import te, tirx
 
 from . import tir_rewrites
-from .target import make_target
+from .target import has_features
 
 #: the LLVM function the kernel calls for one `vdpbf16ps` (16 float32 lanes, 16 bf16 pairs)
 FUNC = "cortex_dpbf16ps"
@@ -71,10 +71,7 @@ attributes #0 = {{ alwaysinline nounwind readnone "target-features"="+avx512bf16
 # ----------------------------------------------------------------------------- targets
 def has_feature(target) -> bool:
     """Whether the CPU target's LLVM features include AVX512_BF16 (False for a non-CPU target)."""
-    target = make_target(target)
-    if target.kind.name != "llvm":
-        return False
-    return FEATURE in set(tvm.target.codegen.llvm_get_cpu_features(target))
+    return has_features(target, (FEATURE,))
 
 
 def uses_dot(mod) -> bool:

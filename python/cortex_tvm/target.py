@@ -58,8 +58,7 @@ def host_isa() -> set:
                     return {name for name, flag in X86_ISA.items() if flag in flags}
     except OSError:
         pass
-    cpu = Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
-    return {str(f) for f in codegen.llvm_get_cpu_features(cpu)} & set(X86_ISA)
+    return set(model_isa(codegen.llvm_get_system_cpu()))
 
 
 def host_llvm() -> dict:
@@ -316,6 +315,13 @@ class Machine:
         info = cpu_info(target) if info is None else info
         l1, l2, l3 = caches or host_caches()
         return cls(info.lanes, info.registers, info.cores, int(l1), int(l2), int(l3))
+
+
+def has_features(target, features) -> bool:
+    """Whether a CPU target's LLVM features include every one of `features` (False for a non-CPU
+    target)."""
+    target = make_target(target)
+    return target.kind.name == "llvm" and set(features) <= set(codegen.llvm_get_cpu_features(target))
 
 
 def host_features() -> set:

@@ -2,13 +2,13 @@
 `dot_bf16` (the tiled GEMMs on AVX512_BF16's `vdpbf16ps`, `dot_bf16.py`)."""
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 
 import tvm
 import tvm_ffi
 
 from .. import amx_bf16_kernel as _amx
+from .. import level_tails as _tails
 from .. import dot_bf16 as _dot
 from .. import dot_bf16_kernel as _kernel
 from .. import tir_rewrites
@@ -302,24 +302,23 @@ class Bf16Primitives:
         """
         kernel = self.func
         pairs = [p for p in kernel.params if str(getattr(p, "dtype", "")) == _dot.PAIR_STORAGE]
-        updates = [f"{b}_update" for b in self.tiled if _dot.has_block(kernel.body, f"{b}_update")]
-        if not pairs or not updates:
+        blocks = [b for b in self.tiled if _dot.has_block(kernel.body, f"{b}_update")]
+        if not pairs or not blocks:
             raise ScheduleError("amx_bf16: no GEMM of the kernel runs on vdpbf16ps (apply dot_bf16 first)")
         # a GEMM that does not fit keeps vdpbf16ps, and so do its tails (level_tails' copies)
         done, why, kept = 0, [], set()
-        for update in sorted(updates, key=lambda u: bool(re.search(r"_tail\d+_update$", u))):
-            gemm = re.sub(r"_tail\d+_update$", "_update", update)
-            if gemm in kept:
+        for block in sorted(blocks, key=_tails.node_set):          # the whole tiles before the tails
+            if _tails.copied_from(block) in kept:
                 continue
             try:
-                kernel, count = _amx.rewrite(kernel, update, pairs)
+                kernel, count = _amx.rewrite(kernel, f"{block}_update", pairs)
             except _amx.NotAmx as err:
                 why.append(str(err))
-                kept.add(gemm)
+                kept.add(_tails.copied_from(block))
                 continue
             done += count
         if not done:
-            raise ScheduleError("amx_bf16: " + ("; ".join(why) or f"no node loop of {updates} holds its GEMM's "
+            raise ScheduleError("amx_bf16: " + ("; ".join(why) or f"no node loop of {blocks} holds its GEMM's "
                                                "init and update (tile_gemm with node_tile=1)"))
         self._replace(**{FUNC_NAME: kernel})
         self.plan = replace(self.plan, amx=True)
