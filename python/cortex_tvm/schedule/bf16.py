@@ -358,7 +358,8 @@ class Bf16Primitives:
                 raise ScheduleError(f"{update!r}: no {_dot.LANES}-lane x pair loop nest to rewrite")
             if round_once_only and not _dot.has_block(kernel.body, f"{update}_x_pairs"):
                 raise ScheduleError(f"{update!r} rounds its state operand at each use (it varies along another "
-                                    "axis than the node), and round_once_only is set")
+                                    "axis than the node, or the level runs as one parallel region), and "
+                                    "round_once_only is set")
         kernel = _dot.widen_reads(kernel, buffer, pairs)
         _, axis, tile, groups, extent = pack
         transform = _dot.pack_pairs(self.transform_func, name, packed_name(name),
