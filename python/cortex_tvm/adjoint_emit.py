@@ -72,10 +72,11 @@ class StageEmitter:
     """The TIR for one stage's level: the stage (`lower.Stage`) and its numpy twin
     (`stage_numpy.StageNumpy`, whose block keys name the value and adjoint arrays)."""
 
-    def __init__(self, stage, numpy_stage, lanes: int, shares: int = 1):
+    def __init__(self, stage, numpy_stage, lanes: int, shares: int = 1, vectors: int = 1):
         #: lanes: float32 lanes of a vector; shares: the runs a level's nodes are split into
-        #: in a parallel loop (the cores)
-        self.stage, self.lanes, self.shares = stage, lanes, shares
+        #: in a parallel loop (the cores); vectors: a register tile's vectors per row
+        #: (`adjoint_nest.tile_vectors`)
+        self.stage, self.lanes, self.shares, self.vectors = stage, lanes, shares, vectors
         tir_blocks = list(sblocks(stage.func.body.block.body))
         if len(tir_blocks) != len(numpy_stage.blocks):
             raise Unsupported("the stage's blocks and their numpy reading differ")

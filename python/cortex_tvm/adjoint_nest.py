@@ -2,8 +2,8 @@
 
 `emit_nest` writes one value per element that a nest's indices address: the block's value
 (the recomputation), or the adjoint of one read (`adjoint_emit.StageEmitter`).  Axes of the
-block that the indices do not use are summed first, in a register tile of SUMS_IN_FLIGHT sums
-(the tile's nodes x SUMS_IN_FLIGHT / nodes vectors of the indices' last axis), so each weight
+block that the indices do not use are summed first, in a register tile of `tile_sums` sums
+(the tile's nodes x tile_sums / nodes vectors of the indices' last axis), so each weight
 vector read serves the whole tile, and the run's whole tiles take their turns inside each chunk
 of columns, so the weights that chunk reads stay in the cache from tile to tile.  TreeLSTM's
 ``gates_sum[n, g, i] = sum_{j,k} U[g*H + i, j*H + k] * h[children[n, j], k]`` gives, per run::
@@ -25,17 +25,19 @@ import tvm_ffi
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
+from .adjoint_runs import NODE_TILE
 from .linearize import NULL_SLOT
 from .target import bytes_of
-from .tir_builder import axes_grid, chunk_count, column_chunks, nth_chunk, uses, vector_loop
+from .tir_builder import axes_grid, chunk_count, column_chunks, lane_loops, nth_chunk, uses, vector_loop
 
 #: stands for the row of the node in a stage's value and adjoint arrays in expressions built
 #: before the node's loop exists
 ROW = tirx.Var("row", "int32")
 #: likewise the node's position in its level (the row of a transient block's value array)
 POSITION = tirx.Var("position", "int32")
-#: the sums a register tile keeps in flight: its nodes x SUMS_IN_FLIGHT / nodes vectors (16,
-#: as 8 nodes x 2 vectors or 16 nodes x 1, ran 1.5-2.3x slower on Zen 4 for TreeLSTM H=150)
+#: the sums a register tile keeps in flight on a CPU with one FMA unit, and a rest tile on any:
+#: its nodes x SUMS_IN_FLIGHT / nodes vectors (16, as 8 nodes x 2 vectors or 16 nodes x 1, ran
+#: 1.5-2.3x slower on Zen 4 for TreeLSTM H=150; `tile_sums`)
 SUMS_IN_FLIGHT = 8
 #: the weight bytes (read alike by every node) from which a contraction of the training forward
 #: runs on shares of its columns (`splits_columns`).  Zen 4, interleaved A/Bs of the step, each
@@ -91,16 +93,21 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
                     nest(inner_axes, at)
         run.each(on_tile)
 
-    def accumulate_tile(outer_map, level, column_of, width, vector):
-        """A register tile of SUMS_IN_FLIGHT accumulators: the tile's nodes x SUMS_IN_FLIGHT /
-        nodes vectors of the indices' last axis (a tile of one node still has SUMS_IN_FLIGHT
-        independent sums in flight, not one chain of dependent FMAs)."""
-        acc = Tb.alloc_buffer((level.tile_size, width), "float32", scope="local")
-        lane_loop = Tb.vectorized if vector else Tb.serial
+    def tile_width(tile_size):
+        """Columns of a tile of `tile_size` nodes: `tile_sums` / tile_size vectors, but no more
+        than the whole vectors of the indices' last axis."""
+        whole = int(inner[1]) // emitter.lanes if inner else 1
+        return emitter.lanes * max(1, min(tile_sums(tile_size, emitter.vectors) // tile_size, whole))
 
+    def accumulate_tile(outer_map, level, column_of, width, vector):
+        """A register tile of `tile_sums` accumulators: the tile's nodes x tile_sums / nodes
+        vectors of the indices' last axis (a tile of one node still has SUMS_IN_FLIGHT
+        independent sums in flight, not one chain of dependent FMAs); a chunk's last columns
+        past its whole vectors are one short vector of the same tile (`lane_loops`)."""
+        acc = Tb.alloc_buffer((level.tile_size, width), "float32", scope="local")
         def lanes_of(body):
-            with lane_loop(0, width) as lane:
-                body(lane, {inner[0]: column_of(lane)} if inner else {})
+            lane_loops(width, vector, lambda lane: body(lane, {inner[0]: column_of(lane)} if inner else {}),
+                       emitter.lanes)
         with Tb.unroll(0, level.tile_size) as t:
             lanes_of(lambda lane, _: Tb.buffer_store(acc, tirx.const(0.0, "float32"), [t, lane]))
 
@@ -120,7 +127,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
             accumulate_tile(outer_map, level, column_of, width, vector)
 
         for tile_size, tiles, is_loop in run.tiles():
-            def over_columns(chunk, width=emitter.lanes * (SUMS_IN_FLIGHT // tile_size)):
+            def over_columns(chunk, width=tile_width(tile_size)):
                 if inner is None:
                     chunk(None, 1, False)
                 else:
@@ -139,7 +146,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         """`accumulated` over this core's part of the nest's chunks of columns: the chunks of
         every outer index, numbered outer index by outer index, split into `shares` runs."""
         for tile_size, tiles, _ in run.tiles():
-            width = emitter.lanes * (SUMS_IN_FLIGHT // tile_size)
+            width = tile_width(tile_size)
             per_outer = chunk_count(inner[1], width)
             total = per_outer * math.prod(int(ext) for _, ext in outer)
             first, last = Tb.bind(share * total // shares), Tb.bind((share + 1) * total // shares)
@@ -155,6 +162,22 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         accumulated_share(*run.columns)
     else:
         nest(outer, accumulated if summed else direct)
+
+
+def tile_vectors(info) -> int:
+    """Vectors per node of a whole tile (`target.CpuInfo`): one per FMA unit, where the registers
+    hold the tile's 8 nodes x 2 accumulators and its operands (AVX-512's 32; AVX2's 16 do not)."""
+    return info.fma_units if info.registers >= 32 else 1
+
+
+def tile_sums(tile_size: int, vectors: int) -> int:
+    """Sums a register tile of `tile_size` nodes keeps in flight: a whole tile's NODE_TILE nodes x
+    `vectors` (`tile_vectors`), a rest tile's SUMS_IN_FLIGHT.  Sapphire Rapids, TreeLSTM h = 150,
+    x = 300, interleaved A/Bs of the training step: whole tiles of 8 x 2 against 8 x 1, 11% faster
+    at batch 25 and 7% at 10; rest tiles of 1 and 2 nodes with 4 sums against 8, mixed (the
+    backward 10% faster at batch 1, 9% slower at batch 10, even at 25); 8 nodes x 3 vectors, its
+    <48 x float> chunk, made the step 4x slower."""
+    return NODE_TILE * vectors if tile_size == NODE_TILE else SUMS_IN_FLIGHT
 
 
 def splits_columns(emitter, block, indices, coeff) -> bool:

@@ -12,6 +12,7 @@ import tvm
 from . import ra, tir_pipeline
 from .adjoint_emit import StageEmitter
 from .adjoint_kernel import NAMES, level_pass, transient_blocks
+from .adjoint_nest import tile_vectors
 from .linearize import NULL_SLOT
 from .node_features import check_slot_rows
 from .scratch import held_rows, zero
@@ -36,6 +37,7 @@ class LevelPass:
         # (a GPU's levels put each node on a thread block: the forward pays from one node a level)
         info = None if gpu else cpu_info(target)
         lanes, cores = (GPU_LANES, 1) if gpu else (info.lanes, info.cores)
+        self._vectors = 1 if gpu else tile_vectors(info)
         #: stage -> keys of the blocks whose values the forward keeps one level of only
         self.transient = transient_blocks(stages, numpy_stages, program, lanes, cores)
         self._stages, self._program, self._gpu = (stages, numpy_stages), program, gpu
@@ -70,7 +72,7 @@ class LevelPass:
         target (gpu=None), or for a GPU (True) or the CPU (False) whatever the target."""
         gpu = self._gpu if gpu is None else gpu
         return level_pass(*self._stages, self._program, self._lanes, parallel, self.cores, part, self.transient,
-                          gpu=gpu)
+                          gpu=gpu, vectors=1 if gpu else self._vectors)
 
     def forward_pays(self, lin) -> bool:
         """Whether the "forward" part (store: every block's value kept) costs less than the
@@ -147,7 +149,8 @@ class LevelPass:
                 sums = self._held(position, shape)
                 args.append(sums)
                 if part != "forward":
-                    zero(sums)                               # the function adds block by block
+                    if self.device is not None:
+                        zero(sums)          # (a CPU pass's first block of nodes starts the sums)
                     reads.append((weight, index, sums, (stage, key, ordinal)))
             elif role == "gathered":                          # (each level's nest zeroes its rows first)
                 _, stage, _, weight, _ = param

@@ -104,7 +104,8 @@ def test_the_level_pass_ir():
     func, params = _tree_fc_pass()
     text = func.script()
     recompute, levels = text.split("for v_5 in range(v - 2):")             # the internal levels ...
-    levels, weights = levels.split("    for v_5 in T.parallel(2):")       # ... then dW over all nodes
+    levels, weights = levels.split("    for v_5 in T.parallel(3):\n        v_6: T.let[T.int32] = v_5 * 2 // 3")
+    weights = "    for v_5 in T.parallel(3):\n        v_6: T.let[T.int32] = v_5 * 2 // 3" + weights  # ... then dW
     assert "level_offsets[v - 2 - v_5]" in levels                          # ... from the top down
     # each level's nodes in 3 runs of equal size (the cores given), in parallel; each run in
     # whole tiles of 8 nodes, then its rest in a tile of 1, of 2 and of 4 where its bit is set
@@ -132,14 +133,29 @@ def test_the_level_pass_ir():
             " * W[v_12, v_10 * 8 + v_14]") in levels
     assert "children[level_offsets[v - 2 - v_5] + (v_7 + v_10 * 8 + v_11), 1] != 0" in levels
     assert "T.vectorized(8)" in levels
-    # dW[i, k] = sum over every internal node of d h_sum[n, i] * child_sum[n, k]: blocks of 32
-    # nodes, each adding into an 8-row x 8-lane register tile of dW
-    assert "for v_6, v_7 in T.grid((level_offsets[v - 1] + 31 - level_offsets[1]) // 32, 2):" in weights
-    assert "buffer[v_8, v_9] = grad_internal_internal_h_sum_0[T.min(v_5 * 8 + v_8, 15), v_7 * 8 + v_9]" in weights
-    assert ("buffer[v_9, v_10] + d_internal_internal_h_sum[v_6 * 32 + v_8, T.min(v_5 * 8 + v_9, 15)]"
-            " * internal_child_sum[v_6 * 32 + v_8, v_7 * 8 + v_10]") in weights
-    assert "grad_internal_internal_h_sum_0[T.min(v_5 * 8 + v_8, 15), v_7 * 8 + v_9] = buffer[v_8, v_9]" in weights
-    assert "grad_internal_internal_h_0[v_7 * 8 + v_9] = buffer[v_8, v_9]" in weights       # db
+    # dW[i, k] = sum over every internal node of d h_sum[n, i] * child_sum[n, k], a packed
+    # product: W's 2 tiles of 8 rows split over the 3 cores; for each block of 32 nodes, a core
+    # copies child_sum's block into a panel of 2 chunks of 32 x 8 (zeros past the last node),
+    # then for each of its tiles d h_sum's 8 rows of the block into a panel of 32 x 8, and sums
+    # each chunk from the two panels into an 8-row x 8-lane register tile, which the first
+    # block starts from zero (dW is not zeroed by the caller)
+    count = "level_offsets[v - 1] - level_offsets[1]"
+    blocks = f"T.max((level_offsets[v - 1] + 31 - level_offsets[1]) // 32, 1)"
+    assert f"for v_8 in range({blocks}):" in weights
+    assert (f"buffer[v_9 * 512 + (v_11 * 8 * 32 + v_10 * 8 + v_12)] = T.if_then_else(v_8 * 32 + v_10 < {count}, "
+            f"internal_child_sum[T.min(v_8 * 32 + v_10, {count} - 1), v_11 * 8 + v_12], T.float32(0.0))") in weights
+    assert (f"buffer_1[v_10 * 8 + v_11] = T.if_then_else(v_8 * 32 + v_10 < {count}, d_internal_internal_h_sum["
+            f"T.min(v_8 * 32 + v_10, {count} - 1), T.min(v_9 * 8 + v_11, 15)], T.float32(0.0))") in weights
+    assert ("buffer_2[v_12, v_13] = T.Select(v_8 == 0, T.float32(0.0), "
+            "grad_internal_internal_h_sum_0[T.min(v_9 * 8 + v_12, 15), v_11 * 8 + v_13])") in weights
+    assert ("buffer_2[v_13, v_14] + buffer_1[v_12 * 8 + v_13] * buffer[v_10 * 512 + (v_11 * 8 * 32 + v_12 * 8 + v_14)]"
+            in weights)
+    assert ("grad_internal_internal_h_sum_0[T.min(v_9 * 8 + v_12, 15), v_11 * 8 + v_13] = buffer_2[v_12, v_13]"
+            in weights)
+    # db (a sum of d h_sum alone: no product to pack) in 32-node blocks, read where it lies
+    assert "grad_internal_internal_h_0[v_7 * 8 + v_9] = buffer[v_8, v_9]" in weights
+    assert ("buffer[v_8, v_9] = T.Select(v_6 == 0, T.float32(0.0), grad_internal_internal_h_0[v_7 * 8 + v_9])"
+            in weights)
     # tanh's derivative reads the recomputed value, not a second tanh
     assert "(T.float32(1.0) - internal_internal_h[level_offsets" in levels
     assert {p[0] for p in params} == {"level_offsets", "leaf_sources", "placeholder", "transposed", "state", "d_state",
@@ -159,7 +175,7 @@ def test_the_level_pass_ir():
     assert "T.parallel(" not in by_word
     assert re.search(r"^\s*(emb|W|b)\[.*\] =", text, re.M) is None
     serial, _ = _tree_fc_pass(parallel=False)                 # a DAG's: the weights' sums stay parallel
-    assert "T.parallel(" not in after_transposes(serial.script()).split("    for v_5 in T.parallel(2):")[0]
+    assert "T.parallel(" not in after_transposes(serial.script()).split("    for v_5 in T.parallel(3):")[0]
     assert "T.min(v_" not in recompute + levels               # no node clamped, none computed twice
 
 
