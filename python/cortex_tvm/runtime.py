@@ -10,6 +10,7 @@ import tvm
 from . import export as _export
 from . import linearize as _linearize
 from . import torch_interop
+from .adjoint import Pullback
 from .integrity import cannot_run_here  # noqa: F401 (compiler and tests import it here)
 # ALIGN, aligned and model_weight_arrays: re-exported, tests read them here
 from .kernel_args import ALIGN, aligned, aligned_empty, kernel_weights, launch, model_weight_arrays  # noqa: F401
@@ -349,9 +350,8 @@ class CompiledModel:
         else:
             out = saved[0][plain.roots]
         weights, adjoint, shape = self.training_weights, self.adjoint, self.state_shapes[0]
-        rows = adjoint.word_rows(plain)          # where each embedding's gradient can be nonzero
 
-        def pullback(d_out, word_rows: bool = False):
+        def pullback(d_out, rows):
             d_states = adjoint.state_adjoints(plain.num_slots)
             if all_nodes:
                 d_rows = adjoint_array(d_out, (len(plain.node_slots),) + shape, "per-node states", True)
@@ -360,15 +360,14 @@ class CompiledModel:
                 d_rows = adjoint_array(d_out, (len(plain.roots),) + shape, "root states", False)
                 np.add.at(d_states[0], plain.roots, d_rows)
             grads = adjoint.vjp(plain, saved, weights, d_states, forwarded=token, scratch=True,
-                                word_rows=rows if word_rows else None)     # (not pullback's: a cycle)
+                                word_rows=rows)     # (not pullback's: a cycle)
             # (not grads.get(name, np.zeros_like(w)): that zeroes a copy of every weight, the
             # embedding table's megabytes included, on every call)
             out = {name: grads[name] if name in grads else np.zeros_like(w) for name, w in weights.items()}
             if adjoint.features is not None:       # the features' rows, in the caller's order
                 out[adjoint.features.name] = grads[adjoint.features.name][plain.node_slots]
             return out
-        pullback.word_rows = rows
-        return out, pullback
+        return out, Pullback(pullback, adjoint, plain)
 
     def as_torch(self, sparse: bool = False):
         """This model as a `torch.nn.Module` whose forward(trees) returns a torch.Tensor (DLPack,
