@@ -175,8 +175,8 @@ def tile_sums(tile_size: int, vectors: int) -> int:
     `vectors` (`tile_vectors`), a rest tile's SUMS_IN_FLIGHT.  Sapphire Rapids, TreeLSTM h = 150,
     x = 300, interleaved A/Bs of the training step: whole tiles of 8 x 2 against 8 x 1, 11% faster
     at batch 25 and 7% at 10; rest tiles of 1 and 2 nodes with 4 sums against 8, mixed (the
-    backward 10% faster at batch 1, 9% slower at batch 10, even at 25); 8 nodes x 3 vectors, its
-    <48 x float> chunk, made the step 4x slower."""
+    backward 10% faster at batch 1, 9% slower at batch 10, within 3% at 25); 8 nodes x 3 vectors
+    as <48 x float> loops made the step 9x slower (docs/bench-2026-12-06/intel-train/ab.txt)."""
     return NODE_TILE * vectors if tile_size == NODE_TILE else SUMS_IN_FLIGHT
 
 

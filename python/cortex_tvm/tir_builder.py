@@ -55,9 +55,10 @@ def lane_loops(width, vector, body, lanes=None):
     """body(lane) for lane in range(width), a chunk's columns (`column_chunks`): serially, or
     vectorized, one T.vectorized loop per whole vector of `lanes` and one over the columns past
     them.  LLVM keeps each vector of a register tile in a register; a chunk of 22 columns on
-    AVX-512 as one vector of 22 it builds element by element through the stack (a training step
-    3.5x slower on Sapphire Rapids), and an 8-row tile of 48-column vectors went to the stack too
-    (a probe at 4 against 190 GFLOP/s)."""
+    AVX-512 as one vector of 22 it builds element by element through the stack (the training
+    forward of TreeLSTM h = 150 4x slower on Sapphire Rapids), and 8-row tiles of 48-column
+    vectors went to the stack too (a one-core probe at 4 against 191 GFLOP/s;
+    docs/bench-2026-12-06/intel-train/ab.txt)."""
     if not vector:
         with Tb.serial(0, width) as lane:
             body(lane)
