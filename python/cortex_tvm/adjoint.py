@@ -237,26 +237,6 @@ class Adjoint:
         return grads
 
 
-class Pullback:
-    """`CompiledModel.vjp`'s pullback: called with the outputs' adjoint (and word_rows=True for
-    the embeddings' batch rows only), the gradients, `fn(d_out, rows)`; `word_rows`, the rows
-    each embedding's gradient can be nonzero on (`Adjoint.word_rows`), found the first time it
-    is read: a np.unique over the batch's words, about 0.19 ms of a training step (a profile)
-    that the dense path never reads."""
-
-    def __init__(self, fn, adjoint: Adjoint, lin):
-        self._fn, self._adjoint, self._lin, self._rows = fn, adjoint, lin, None
-
-    @property
-    def word_rows(self) -> dict:
-        if self._rows is None:
-            self._rows = self._adjoint.word_rows(self._lin)
-        return self._rows
-
-    def __call__(self, d_out, word_rows: bool = False) -> dict:
-        return self._fn(d_out, self.word_rows if word_rows else None)
-
-
 class _Gradients(dict):
     """{weight name: gradient}, each made (zeros, from `pool`) when first asked for (`of`)."""
 

@@ -10,11 +10,10 @@ import tvm
 from . import export as _export
 from . import linearize as _linearize
 from . import torch_interop
-from .adjoint import Pullback
 from .integrity import cannot_run_here  # noqa: F401 (compiler and tests import it here)
 # ALIGN, aligned and model_weight_arrays: re-exported, tests read them here
 from .kernel_args import ALIGN, aligned, aligned_empty, kernel_weights, launch, model_weight_arrays  # noqa: F401
-from .call_args import NO_TREES, adjoint_array, one_input
+from .call_args import NO_TREES, Pullback, adjoint_array, one_input
 from .node_features import check_slot_rows
 from .plan import CHECK_FUNC, kernel_names
 from .weights import checked_weights, pad_blocks
