@@ -38,7 +38,7 @@ from .adjoint_emit import StageEmitter
 from .adjoint_nest import POSITION, ROW
 from .adjoint_weights import with_adjoint
 from .linearize import NULL_SLOT
-from .tir_builder import axes_grid
+from .tir_builder import axes_grid, unravel
 
 #: threads of a node's block (and of a weight sum's blocks)
 THREADS = 128
@@ -80,16 +80,8 @@ def thread_elements(shape, body):
             flat = step * THREADS + thread
             with Tb.If(flat < total):
                 with Tb.Then():
-                    body(_unravel(flat, [int(d) for d in shape]))
+                    body(unravel(flat, [int(d) for d in shape]))
     barrier()
-
-
-def _unravel(flat, shape) -> list:
-    index = []
-    for d in reversed(shape):
-        index.insert(0, flat % d)
-        flat = flat // d
-    return index
 
 
 class GpuStageEmitter(StageEmitter):
@@ -161,7 +153,7 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
             flat = b * THREADS + thread
             with Tb.If(flat < total):
                 with Tb.Then():
-                    index = _unravel(flat, [int(ext) for _, ext in axes])
+                    index = unravel(flat, [int(ext) for _, ext in axes])
                     at = dict(zip([v for v, _ in axes], index))
                     acc = Tb.alloc_buffer((1,), "float32", scope="local")
                     Tb.buffer_store(acc, out[index], [0])

@@ -28,7 +28,7 @@ from tvm.script.ir_builder import tirx as Tb
 from .adjoint_runs import NODE_TILE
 from .linearize import NULL_SLOT
 from .target import bytes_of
-from .tir_builder import axes_grid, chunk_count, column_chunks, lane_loops, nth_chunk, uses, vector_loop
+from .tir_builder import axes_grid, chunk_count, column_chunks, lane_loops, nth_chunk, unravel, uses, vector_loop
 
 #: stands for the row of the node in a stage's value and adjoint arrays in expressions built
 #: before the node's loop exists
@@ -151,7 +151,8 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
             total = per_outer * math.prod(int(ext) for _, ext in outer)
             first, last = Tb.bind(share * total // shares), Tb.bind((share + 1) * total // shares)
             with Tb.serial(first, last) as chunk_number:
-                outer_map = _unravel(chunk_number // per_outer, outer)
+                outer_map = dict(zip((v for v, _ in outer), unravel(chunk_number // per_outer,
+                                                                   [int(ext) for _, ext in outer])))
 
                 def emit(column_of, width, vector, tiles=tiles, outer_map=outer_map):
                     with tiles() as level:  # (the whole tiles' loop inside the chunk, as above)
@@ -197,12 +198,3 @@ def splits_columns(emitter, block, indices, coeff) -> bool:
             found[weight.name] = math.prod(weight.shape) * bytes_of(weight.dtype)
     tvm_ffi.structural_walk(coeff, (tvm.ir.TensorLoad, visit), order="post")
     return sum(found.values()) >= SPLIT_WEIGHT_BYTES
-
-
-def _unravel(flat, axes) -> dict:
-    """{var: index} of the flat index `flat` over the grid of `axes` ((var, extent), row-major)."""
-    out = {}
-    for var, extent in reversed(axes):
-        out[var] = flat % int(extent)
-        flat = flat // int(extent)
-    return out

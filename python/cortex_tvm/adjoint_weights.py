@@ -51,7 +51,7 @@ from tvm.script.ir_builder import tirx as Tb
 
 from .adjoint_emit import Unsupported
 from .adjoint_nest import POSITION, ROW
-from .tir_builder import axes_grid, column_chunks, lane_loops, uses
+from .tir_builder import axes_grid, column_chunks, lane_loops, unravel, uses
 
 #: values of the tiled axis per iteration of the parallel loop
 TILE = 8
@@ -253,12 +253,12 @@ def _emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count,
     by_column = [a for a in others if uses(columns, a[0])]
     by_row = [a for a in others if not uses(columns, a[0])]
     column_combos = math.prod(int(e) for _, e in by_column)
-    row_tiles = (extent + TILE - 1) // TILE
-    jobs = row_tiles * math.prod(int(e) for _, e in by_row)
+    row_tiles, row_combos = (extent + TILE - 1) // TILE, math.prod(int(e) for _, e in by_row)
+    jobs = row_tiles * row_combos
     panel = PACK_NODES * columns_extent
 
     def at(combo, grid):
-        return {v: i for (v, _), i in zip(grid, _unravel(combo, grid))}
+        return dict(zip((v for v, _ in grid), unravel(combo, [int(e) for _, e in grid])))
 
     def panel_chunks(body):
         """body(column_of, width, vector, at_panel(k, lane)) for each chunk of `width` columns."""
@@ -284,7 +284,7 @@ def _emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count,
                         lane_loops(width_, vector, at_lane, lanes)
                     panel_chunks(pack)
             with Tb.serial(first, last) as job:
-                tile, row_combo = job // (jobs // row_tiles), job % (jobs // row_tiles)
+                tile, row_combo = job // row_combos, job % row_combos
                 row_map = at(row_combo, by_row)
                 with Tb.serial(0, PACK_NODES) as k:
                     n = node_block * PACK_NODES + k
@@ -335,12 +335,3 @@ def _blocks(count, size):
     """Blocks of `size` nodes over `count` nodes, at least one (so an empty stage still writes
     its zeros)."""
     return tirx.max((count + size - 1) // size, 1)
-
-
-def _unravel(flat, grid) -> list:
-    """The indices of `flat` over `grid` ((var, extent), row-major)."""
-    out = []
-    for _, extent in reversed(grid):
-        out.append(flat % int(extent))
-        flat = flat // int(extent)
-    return out[::-1]

@@ -78,9 +78,17 @@ def lane_loops(width, vector, body, lanes=None):
 def vector_loop(extent, lanes, body):
     """body(k) for k in range(extent), in `column_chunks`."""
     def chunk(column_of, width, vector):
-        with (Tb.vectorized if vector else Tb.serial)(0, width) as lane:
-            body(column_of(lane))
+        lane_loops(width, vector, lambda lane: body(column_of(lane)), lanes)
     column_chunks(extent, lanes, chunk)
+
+
+def unravel(flat, extents) -> list:
+    """The indices of the flat index `flat` (an expression) over a grid of `extents`, row-major."""
+    index = []
+    for extent in reversed(extents):
+        index.insert(0, flat % extent)
+        flat = flat // extent
+    return index
 
 
 def row_elements(shape, lanes, body):
