@@ -22,6 +22,8 @@ import pytest
 import cortex_tvm as ct
 from cortex_tvm.bench import add_parser, run
 from cortex_tvm.bench.cases import make_model
+from cortex_tvm.bench.common import TRAIN_OPTIMIZER
+from cortex_tvm.bench.torch_worker import make_optimizer, train_steps
 from cortex_tvm.bench.check import (GRAD_TOLERANCE, check_grads, difference_grads64, grad_wrong_lines,
                                     torch_grads64)
 from cortex_tvm.models import reference64
@@ -155,7 +157,8 @@ def test_train_end_to_end(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)   # a hang guard only
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
-    assert result["meta"]["mode"] == "train" and "forward + backward" in result["meta"]["metric"]
+    assert result["meta"]["mode"] == "train" and "forward + backward + Adagrad step" in result["meta"]["metric"]
+    assert result["meta"]["optimizer"] == TRAIN_OPTIMIZER
     rows = {r["system"]: r for r in result["rows"]}
     assert set(rows) == {"cortex_tvm", "torch-levels"}
     systems = ["cortex_tvm"] + (["torch-levels"] if "skipped" not in rows["torch-levels"] else [])
@@ -167,16 +170,19 @@ def test_train_end_to_end(tmp_path):
         assert row["grad_wrong_batches"] == [] and len(row["grad_batch_abs_err"]) == 2
         assert row["grad_max_rel_err"] < 1e-4
         assert row["trees_per_s"] == pytest.approx(2 / (row["ms"] * 1e-3))      # batch 2
+        assert row["optimizer"] == "adagrad" and 0 < row["weight_moved"] < 1   # each timed step stepped
     assert rows["cortex_tvm"]["ratio"] == pytest.approx(1.0)
     if "torch-levels" in systems:
         assert rows["torch-levels"]["ratio"] == pytest.approx(rows["torch-levels"]["ms"] / rows["cortex_tvm"]["ms"])
+        # the same optimizer steps on the same gradients: U moved alike on both sides
+        assert rows["torch-levels"]["weight_moved"] == pytest.approx(rows["cortex_tvm"]["weight_moved"], rel=1e-4)
     else:
         assert "not installed" in rows["torch-levels"]["skipped"]
     case, = result["cases"]
     assert case["embed"] == 24 and "TreeLSTM H=16 x=24 batch=2" in proc.stdout
     assert case["grad_check"]["weight"] == "U" and len(case["grad_check"]["ref_max_abs"]) == 2
     assert case["cortex_tvm_backward_ms"] > 0 and case["cortex_tvm_backward_pct_of_sgemm"] > 0
-    for needle in ("TRAINING STEPS", "ms/step", "trees/s", "dU rel err", "training step (forward + backward)",
+    for needle in ("TRAINING STEPS", "ms/step", "trees/s", "dU rel err", "training step (forward + backward + Adagrad)",
                    "cortex_tvm backward alone"):
         assert needle in proc.stdout
 
@@ -199,3 +205,83 @@ def test_fallback_reference_checks_cortex_tvm_gradients():
     got = check_grads(np.stack(grads), grad_ref)
     assert got["grad_wrong_batches"] == [] and got["grad_max_rel_err"] < 1e-4
     assert check_grads(np.stack(grads) * 1.01, grad_ref)["grad_wrong_batches"] == [0, 1]
+
+
+@pytest.mark.skipif(not has_torch, reason="no torch in this Python")
+def test_the_optimizer_step_is_dgls_adagrad():
+    """Both sides' optimizer (`make_optimizer`): the embedding table at table_lr without decay, the
+    rest at lr with weight decay; one step from zero state is Adagrad's update, numpy's formula."""
+    import torch
+    rng = np.random.default_rng(0)
+    start = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in
+             (("emb", (6, 3)), ("W", (4, 3)), ("b", (4,)))}
+    grads = {name: rng.standard_normal(w.shape).astype(np.float32) for name, w in start.items()}
+    params = {name: torch.nn.Parameter(torch.from_numpy(w.copy())) for name, w in start.items()}
+    optimizer = make_optimizer(params, TRAIN_OPTIMIZER)
+    rest, table = optimizer.param_groups
+    assert [p is params["emb"] for p in table["params"]] == [True] and table["weight_decay"] == 0
+    assert table["lr"] == pytest.approx(0.005) and rest["lr"] == pytest.approx(0.05)
+    assert rest["weight_decay"] == pytest.approx(1e-4) and len(rest["params"]) == 2
+    for name, p in params.items():
+        p.grad = torch.from_numpy(grads[name])
+    optimizer.step()
+    for name, w in start.items():
+        lr, decay = (0.005, 0.0) if name == "emb" else (0.05, 1e-4)
+        g = grads[name] + decay * w
+        np.testing.assert_allclose(params[name].detach().numpy(), w - lr * g / (np.abs(g) + 1e-10), rtol=1e-5)
+    assert make_optimizer(params, None) is None
+    with pytest.raises(ValueError, match="only adagrad"):
+        make_optimizer(params, {**TRAIN_OPTIMIZER, "kind": "sgd"})
+
+
+@pytest.mark.skipif(not has_torch, reason="no torch in this Python")
+def test_train_steps_check_the_gradient_at_the_given_weights():
+    """The warm-up's gradients (the ones the orchestrator checks) are the start weights', whatever the
+    timed steps do after; the timed steps move the weights; a parameter left without a gradient is
+    an error naming it."""
+    import torch
+    w = {"W": torch.nn.Parameter(torch.ones(2, 2)), "b": torch.nn.Parameter(torch.zeros(2))}
+    x = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, -1.0])]
+
+    def step(batch):
+        out = w["W"] @ batch + w["b"]
+        out.sum().backward()
+        return out
+    optimizer = make_optimizer(w, TRAIN_OPTIMIZER)
+    roots, grads, times, moved = train_steps(step, w, x, "W", 2, optimizer)
+    np.testing.assert_allclose(roots, [[3.0, 3.0], [2.0, 2.0]])
+    np.testing.assert_allclose(grads, [[[1, 2], [1, 2]], [[3, -1], [3, -1]]])
+    assert len(times) == 2 and 0 < moved < 1
+    w["c"] = torch.nn.Parameter(torch.zeros(1))
+    with pytest.raises(RuntimeError, match=r"no gradient for \['c'\]"):
+        train_steps(step, w, x, "W", 1, None)
+
+
+@pytest.mark.skipif(not has_torch, reason="no torch in this Python")
+@pytest.mark.parametrize("system", ["torch-eager", "torch-levels"])
+def test_sparse_embedding_baselines_match_the_dense_ones(system):
+    """--optimizer adagrad-sparse: the baselines read the embedding through F.embedding(sparse=True);
+    the same roots, and a sparse gradient whose dense form is the dense path's, nonzero on the
+    batch's words' rows only."""
+    import torch
+    from cortex_tvm.bench.torch_worker import FlatTree, make_system
+    H, x, vocab = 4, 3, 7
+    rng = np.random.default_rng(2)
+    weights = {"emb": (vocab, x), "W": (3 * H, x), "bW": (3 * H,), "U": (5 * H, 2 * H), "bU": (5 * H,)}
+    weights = {k: rng.standard_normal(s).astype(np.float32) for k, s in weights.items()}
+    i = np.int64
+    trees = [FlatTree(np.array([3, 5, -1], i), np.array([-1, -1, 0], i), np.array([-1, -1, 1], i),
+                      np.array([0, 0, 1], i)),
+             FlatTree(np.array([5, 1, -1, 6, -1], i), np.array([-1, -1, 0, -1, 2], i),
+                      np.array([-1, -1, 1, -1, 3], i), np.array([0, 0, 1, 0, 2], i))]
+    got = {}
+    for sparse in (False, True):
+        w = {k: torch.from_numpy(v.copy()).requires_grad_() for k, v in weights.items()}
+        out = make_system(system, "treelstm", H, w, sparse=sparse)(trees)
+        out.sum().backward()
+        assert w["emb"].grad.is_sparse == sparse
+        got[sparse] = out.detach().numpy(), w["emb"].grad.to_dense().numpy(), w["U"].grad.numpy()
+    for dense, sparse in zip(got[False], got[True]):
+        np.testing.assert_allclose(sparse, dense, rtol=1e-5, atol=1e-6)
+    touched = np.flatnonzero(np.abs(got[True][1]).sum(1))
+    assert set(touched) == {1, 3, 5, 6}

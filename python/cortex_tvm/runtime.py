@@ -16,7 +16,7 @@ from .kernel_args import ALIGN, aligned, aligned_empty, kernel_weights, launch, 
 from .call_args import NO_TREES, Pullback, adjoint_array, one_input
 from .node_features import check_slot_rows
 from .plan import CHECK_FUNC, kernel_names
-from .weights import checked_weights, pad_blocks
+from .weights import check_rows, checked_weights, pad_blocks
 
 _INT32 = np.dtype(np.int32)
 
@@ -73,6 +73,8 @@ class CompiledModel:
         self.weight_padding = {name: [tuple(p) for p in pads] for name, pads in (weight_padding or {}).items()}
         #: the model's weights (exported as they are) and the kernel's arguments made from them
         self.model_weights = weights
+        #: the word tables whose rows each batch checks before it runs (`load_weights`)
+        self._rows_unchecked = frozenset()
         self._upload_lock = threading.RLock()
         #: why this CPU cannot run the code (compiled for another one, e.g. AVX-512 code on an AVX2
         #: host, to inspect or export it), else None: nothing of it runs here, not even the transforms
@@ -161,6 +163,7 @@ class CompiledModel:
         with self._upload_lock:
             if self._pending is not None:
                 start, user, reads = time.perf_counter(), self._pending, self._kernel_reads()
+                check_rows(user, dict.fromkeys(reads), "run", self._rows_unchecked & set(reads))
                 self._model_weights = {name: pad_blocks(user[name], self.weight_padding.get(name, ()))
                                        for name in reads}
                 if self.target.kind.name != "cuda" and not self._foreign:
@@ -273,7 +276,9 @@ class CompiledModel:
         next call on, without recompiling: they are checked, padded to the kernel's sizes, and the
         parameter transforms (packing, leaf tables) run again; `transform_seconds` says how long
         that took.  A model compiled with training=True takes all of its weights (the backward
-        reads them too); otherwise the ones the kernel reads.  Returns self.
+        reads them too), an embedding table's values checked row by row as batches read them (a
+        whole table at each optimizer step costs as the vocabulary); otherwise the ones the
+        kernel reads.  Returns self.
 
         With training=True the padding and the transforms wait for the kernel's next run (their
         seconds are added to `transform_seconds` then): a `vjp` whose forward is the backward's
@@ -286,9 +291,10 @@ class CompiledModel:
         kernel_reads = self._kernel_reads()
         expected = kernel_reads if self.adjoint is None else \
             {name: (array.shape, "float32") for name, array in self.training_weights.items()}
-        user = checked_weights(weights, expected, self.aliases, "load_weights", copy)     # validated
+        later = frozenset(self.adjoint.word_tables) if self.adjoint is not None else frozenset()
+        user = checked_weights(weights, expected, self.aliases, "load_weights", copy, later)     # validated
         with self._upload_lock:
-            self._pending, self._weights = user, None
+            self._pending, self._weights, self._rows_unchecked = user, None, later
             if self.adjoint is not None:                     # padded and transformed when next needed
                 self.training_weights = user
             else:
@@ -303,22 +309,16 @@ class CompiledModel:
         per-node features takes them as `__call__` does (features=X), and `grads` also holds
         their gradient under the feature input's name ("features" for the zoo and traced cells),
         (nodes, F) in X's row order: what an encoder that made X backpropagates.
-
         `out` is what `compiled(trees, all_nodes)` returns: the roots' first state (B, *shape),
         or with all_nodes=True one (nodes, *shape) array per tree, postorder; `d_out` has the
-        same shapes (a list, or the arrays concatenated).  A forest given as arrays,
-        ``compiled.vjp(parents=..., words=...)``, is taken as `compiled(parents=..., words=...)`
-        takes it: the roots in the order they appear, with all_nodes=True one (n, *shape)
-        array in node order.  With the compiled backward (`adjoint.Adjoint`, generated from the
-        RA program), the forward is its own where the batch's levels are large enough for the
-        cores (`LevelPass.forward_pays`): every node's tensors level by level, kept for the pullback
-        (a later `vjp` on the same thread overwrites them; a pullback called after it computes
-        them again from the states); otherwise the compiled kernel, and the backward recomputes
-        each stage's tensors from its states.  Needs compile(training=True).
-
-        ``vjp.word_rows`` maps each embedding table (`adjoint.word_tables`) to the rows its
-        gradient can be nonzero on (the batch's words, sorted); ``vjp(d_out, word_rows=True)``
-        gives those rows of its gradient only, not the whole table."""
+        same shapes (a list, or the arrays concatenated).  A forest as arrays (parents=,
+        words=) is taken as `compiled(parents=..., words=...)` takes it.  The forward is the
+        backward's own (`adjoint.Adjoint`) where the batch's levels are large enough for the
+        cores (`LevelPass.forward_pays`), which keeps every node's tensors for the pullback (a
+        later `vjp` on the thread overwrites them: the pullback then recomputes them), else the
+        kernel's.  Needs compile(training=True).  ``vjp.word_rows``: each embedding table's
+        (`adjoint.word_tables`) rows its gradient can be nonzero on (the batch's words, sorted);
+        ``vjp(d_out, word_rows=True)`` gives those rows of its gradient only."""
         if self.adjoint is None:
             raise ValueError("vjp: this model has no backward pass: compile it with training=True "
                              "(model.compile(training=True) or ct.compile(..., training=True)); a model "
@@ -329,6 +329,8 @@ class CompiledModel:
         plain = self.adjoint.layout(
             self.signature.layout_parents(parents, words, 1, True, self._vocab_bound, features=features)
             if arrays else self.adjoint.linearize(trees, features=features))
+        if self._rows_unchecked:                  # (`load_weights` left them to each batch)
+            check_rows(self.training_weights, self.adjoint.word_rows(plain), "vjp", self._rows_unchecked)
         forwarded = self.adjoint.forward(plain, self.training_weights)
         if forwarded is not None:       # the backward's own forward, which keeps what it needs
             saved, token = forwarded

@@ -40,12 +40,16 @@ def all_finite(array: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(array)))
 
 
-def checked_weights(weights, expected: dict, aliases: dict, who: str, copy: bool = True) -> dict:
+def checked_weights(weights, expected: dict, aliases: dict, who: str, copy: bool = True,
+                    rows_later=()) -> dict:
     """Validated float copies of `weights` (numpy arrays or torch tensors, names or aliases);
     copy=False: the arrays themselves where they are C-contiguous (a torch tensor's memory).
 
     expected: name -> (shape, dtype).  ValueError for missing, extra, wrongly
-    shaped or non-finite weights; TypeError for a non-dict or a wrong dtype.
+    shaped or non-finite weights; TypeError for a non-dict or a wrong dtype.  rows_later: the
+    tables whose values are not checked here, as the caller checks the rows each batch reads
+    (`check_rows`) before it runs: an embedding's cost then grows with the batch, not with the
+    vocabulary, at every optimizer step.
     """
     if not hasattr(weights, "items"):
         raise TypeError(f"{who}: expected a dict of arrays, got {type(weights).__name__}")
@@ -63,11 +67,24 @@ def checked_weights(weights, expected: dict, aliases: dict, who: str, copy: bool
                             f"(use .astype(np.{dtype}))")
         if tuple(w.shape) != tuple(shape):
             raise ValueError(f"{who}: weight {name!r}: shape {tuple(w.shape)}, expected {tuple(shape)}")
-        if not all_finite(w):
+        if name not in rows_later and not all_finite(w):
             raise ValueError(f"{who}: weight {name!r}: contains NaN or infinity")
         # later edits by the caller do not leak in, unless it shares them (copy=False)
         out[name] = np.array(w, order="C", copy=True) if copy else np.ascontiguousarray(w)
     return out
+
+
+def check_rows(tables: dict, rows: dict, who: str, names) -> None:
+    """ValueError naming the first row that holds a NaN or an infinity among the rows `rows[name]`
+    (row numbers, e.g. the words a batch reads; None: every row) of each table `tables[name]`
+    whose name is in `names`."""
+    for name in names:
+        index = rows.get(name, ())
+        read = tables[name] if index is None else tables[name][index]
+        if not all_finite(read):
+            first = np.flatnonzero(~np.isfinite(read.reshape(len(read), -1)).all(axis=1))[0]
+            raise ValueError(f"{who}: weight {name!r}: row {int(first if index is None else index[first])}"
+                             + ("" if index is None else ", read by this batch,") + " contains NaN or infinity")
 
 
 def pad_blocks(array, padding) -> np.ndarray:

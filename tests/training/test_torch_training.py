@@ -237,3 +237,30 @@ def test_a_traced_cell_trains_too():
     want = zoo_vjp(np.ones((5, 8), np.float32))
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_an_embedding_row_is_checked_when_a_batch_reads_it(sst):
+    """A trained model's load_weights (every optimizer step through as_torch) checks an embedding
+    table row by row as batches read them, not the whole table: a NaN row is a ValueError naming
+    it at the first vjp whose batch reads it, a batch that does not read it runs; the kernel's
+    path, which transforms the whole table, refuses it at once; another weight's NaN is refused
+    by load_weights itself."""
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(hidden_size=8, embed_size=8, vocab_size=len(vocab), seed=3)
+    compiled = model.compile(training=True)
+    read = {n.word for t in trees[:12] for n in ct.data.postorder(t) if n.word is not None}
+    row = min({n.word for n in ct.data.postorder(trees[12]) if n.word is not None} - read)
+    bad = dict(model.weights)
+    bad["emb"] = bad["emb"].copy()
+    bad["emb"][row, 3] = np.nan
+    compiled.load_weights(bad)
+    out, vjp = compiled.vjp(trees[:12])         # does not read the row (a batch the pass runs on any cores)
+    assert np.isfinite(out).all() and np.isfinite(vjp(np.ones_like(out))["U"]).all()
+    with pytest.raises(ValueError, match=rf"vjp: weight 'emb': row {row}, read by this batch, contains NaN"):
+        compiled.vjp(trees[12:13])
+    with pytest.raises(ValueError, match=rf"run: weight 'emb': row {row} contains NaN"):
+        compiled(trees[0:1])
+    with pytest.raises(ValueError, match="weight 'U': contains NaN"):
+        compiled.load_weights(dict(model.weights, U=np.full_like(model.weights["U"], np.inf)))
+    compiled.load_weights(model.weights)                      # a clean table runs again
+    np.testing.assert_allclose(compiled.vjp(trees[12:13])[0], model.compile()(trees[12:13]), rtol=1e-5, atol=1e-6)

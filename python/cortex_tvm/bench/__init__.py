@@ -54,11 +54,20 @@ def add_parser(subparsers):
                         "cortex_tvm-bf16, torch-levels-bf16, checked at a 1e-2 tolerance)")
     p.add_argument("--train", action="store_true",
                    help="time one training step per batch instead of inference: forward, loss = "
-                        "sum(roots * R) for a fixed seeded R, backward to every weight's gradient "
-                        "(cortex_tvm: compile(training=True).vjp; PyTorch: autograd through the same "
+                        "sum(roots * R) for a fixed seeded R, backward to every weight's gradient, "
+                        "the optimizer's step (--optimizer) "
+                        "(cortex_tvm: compile(training=True).as_torch(), or .vjp with --optimizer none; "
+                        "PyTorch: autograd through the same "
                         "forward); treelstm and treefc, systems cortex_tvm, torch-eager, torch-levels, "
                         "dgl; roots and the gradient of U (treelstm) / W (treefc) are checked against "
                         "float64 PyTorch autograd")
+    p.add_argument("--optimizer", choices=("adagrad", "adagrad-sparse", "none"), default="adagrad",
+                   help="--train: the optimizer step each timed training step ends in, torch.optim.Adagrad on "
+                        "every side (cortex_tvm through as_torch(); DGL's TreeLSTM recipe: lr 0.05, weight decay "
+                        "1e-4, the embedding at lr 0.005 without decay; needs torch); adagrad-sparse: the same with "
+                        "the embedding's gradient a sparse tensor of the batch's rows on every side "
+                        "(F.embedding(sparse=True), as_torch(sparse=True)), so the step updates those rows only; "
+                        "none: forward + backward only (cortex_tvm through vjp)")
     p.add_argument("--features", type=int, default=None, metavar="F",
                    help="feed every node F seeded float32 features instead of a word id (models built with "
                         "inputs='features', the features passed per call; the PyTorch baselines gather the "

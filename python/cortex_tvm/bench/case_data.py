@@ -3,6 +3,8 @@ batches, useful FLOPs; flat arrays for the standalone torch worker; `--train`'s 
 and the float64 references the orchestrator checks the workers against."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from .. import data
@@ -24,14 +26,15 @@ def train_direction(batch, hidden):
     return np.random.default_rng([TRAIN_SEED, batch, hidden]).standard_normal((batch, hidden)).astype(np.float32)
 
 
-def write_case(path, model, name, trees, batch, batches, train=False, features=None):
+def write_case(path, model, name, trees, batch, batches, train=False, features=None, optimizer=None):
     """The npz for one (model, H, batch); returns (mean useful FLOPs per batch, mean nodes per batch,
     the float64 reference roots of every batch, (batches, B, *state)).
 
     Binary-tree models also get flat post-order arrays (word/left/right) for
     the standalone torch worker; other models run on `cases.structures`.
     train=True: also the loss direction d_roots (`train_direction`) and grad_weight, the name
-    of the weight whose gradient the workers write.
+    of the weight whose gradient the workers write; optimizer (a dict, `common.TRAIN_OPTIMIZER`),
+    as JSON: the optimizer step each timed training step ends in.
     features=F: every node's F features (`cases.feature_rows`), all batches' rows in one array
     `features` split by `feature_offsets`; the torch worker reads them as its embedding table,
     each leaf's word being its row (the same gather a per-node-features PyTorch model does).
@@ -48,6 +51,8 @@ def write_case(path, model, name, trees, batch, batches, train=False, features=N
             weights["emb"] = arrays["features"]
     if train:
         arrays.update(d_roots=train_direction(batch, model.hidden_size), grad_weight=np.array(GRAD_WEIGHT[name]))
+        if optimizer is not None:
+            arrays["optimizer"] = np.array(json.dumps(optimizer))
     flops = [model.flops(model.linearize(g)) for g in groups]        # pad=1: real nodes only
     nodes = sum(len(data.dag_postorder(t)) for g in groups for t in g) / len(groups)
     if name in EMBED_MODELS and features is None:       # (the workers build the model at this width)

@@ -21,6 +21,12 @@ TRAIN_SEED = 20
 #: `bench --train`: useful FLOPs of a training step, in forward FLOPs (each product y = W x also
 #: gives dW = dy x^T and dx = W^T dy in the backward; the elementwise work is a few % of either)
 TRAIN_FLOPS_FACTOR = 3
+#: `bench --train`'s optimizer step, every system's the same torch.optim.Adagrad: DGL's TreeLSTM
+#: recipe (lr 0.05 and weight decay 1e-4, the embedding tables at 0.1 x the rate without decay),
+#: written into the case's .npz as JSON for the standalone torch worker; sparse: the embedding's
+#: gradient a sparse tensor of the batch's rows on every side (`--optimizer adagrad-sparse`)
+TRAIN_OPTIMIZER = {"kind": "adagrad", "lr": 0.05, "weight_decay": 1e-4, "tables": ["emb"], "table_lr": 0.005,
+                   "sparse": False}
 
 
 def thread_env(threads: int, base=None) -> dict:

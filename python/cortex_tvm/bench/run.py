@@ -11,7 +11,9 @@ checked against the reference (`check.py`); a system's figure is its best
 round, and any wrong batch of any round fails the command.
 
 `--train`: each worker times one training step per batch (forward, loss = sum(roots * R),
-backward to every weight's gradient; R, (B, H), fixed and seeded, is in the npz as d_roots)
+backward to every weight's gradient, then the same torch.optim.Adagrad step on every side,
+`common.TRAIN_OPTIMIZER`, unless --optimizer none; R, (B, H), fixed and seeded, is in the npz as
+d_roots)
 and also writes the gradient of one weight per batch (common.GRAD_WEIGHT: U of TreeLSTM, W of
 TreeFC), checked like the roots against a float64 reference: PyTorch autograd through an eager
 per-node recursion when this Python has torch, else central differences of `reference64` at a
@@ -24,6 +26,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import json
+import math
 import os
 import platform
 import subprocess
@@ -42,10 +45,26 @@ from . import BF16_SYSTEMS, TORCH_SYSTEMS, TRAIN_MODELS, TRAIN_SYSTEMS
 from .case_data import case_groups, reference_grads, train_direction, write_case
 from .cases import EMBED_MODELS, FEATURE_MODELS, TORCH_MODELS, make_model
 from .check import BF16_TOLERANCE, GRAD_TOLERANCE, TOLERANCE, check_grads, check_roots, tolerance_of
-from .common import GRAD_WEIGHT, TRAIN_FLOPS_FACTOR, cpu_model, thread_env
+from .common import GRAD_WEIGHT, TRAIN_FLOPS_FACTOR, TRAIN_OPTIMIZER, cpu_model, thread_env
 from .report import case_record, peak_gflops, print_tables, summarize
 
 TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_worker.py")
+
+
+def train_optimizer(args):
+    """`--train`'s optimizer spec (`common.TRAIN_OPTIMIZER`; adagrad-sparse: with sparse embedding
+    gradients), or None (--optimizer none)."""
+    choice = getattr(args, "optimizer", "adagrad")
+    return None if choice == "none" else {**TRAIN_OPTIMIZER, "sparse": choice == "adagrad-sparse"}
+
+
+def train_step_parts(args) -> str:
+    """What a timed training step holds, for the tables' titles."""
+    spec = train_optimizer(args)
+    if spec is None:
+        return "forward + backward"
+    return f"forward + backward + {spec['kind'].capitalize()} step" + (
+        ", sparse embedding gradients" if spec["sparse"] else "")
 
 
 def _apply_quick(args):
@@ -71,6 +90,9 @@ def _apply_quick(args):
                              f"only (the models with PyTorch baselines), not {', '.join(other)}")
         if getattr(args, "precision", "fp32") != "fp32":
             raise SystemExit("cortex-tvm bench --train: training is float32 (no --precision bf16)")
+        if train_optimizer(args) is not None and not orchestrator_has_torch():
+            raise SystemExit("cortex-tvm bench --train: the optimizer step is torch.optim.Adagrad on every side, "
+                             "and this Python has no torch: pip install 'cortex_tvm[torch]', or --optimizer none")
     if getattr(args, "embed", None) is not None:
         if args.embed < 1:
             raise SystemExit("cortex-tvm bench: --embed must be >= 1")
@@ -146,10 +168,12 @@ def _meta(args, torch_python, probe, skipped):
     if getattr(args, "train", False):
         meta.update(
             mode="train",
-            metric="training step (forward + backward): forward on the batch, loss = sum(roots * R) for a fixed "
-                   "seeded R (B, H), backward to the gradients of every weight; mean over batches of the per-batch "
-                   "minimum over repeats (after a warm-up step per batch), best round; each system in its own "
-                   "process",
+            metric=f"training step ({train_step_parts(args)}): forward on the batch, loss = sum(roots * R) for a "
+                   "fixed seeded R (B, H), backward to the gradients of every weight"
+                   + (", then the optimizer's step" if train_optimizer(args) else "")
+                   + "; mean over batches of the per-batch minimum over repeats (after a warm-up step per batch, "
+                   "no optimizer step in it), best round; each system in its own process",
+            optimizer=train_optimizer(args),
             check=meta["check"] + f"; the gradient of {' / '.join(f'{v} ({k})' for k, v in GRAD_WEIGHT.items())} "
                   f"of every batch vs a float64 reference: max|err| <= {GRAD_TOLERANCE} * max|ref| per batch",
             flops=f"GFLOP/s count {TRAIN_FLOPS_FACTOR}x the forward's useful FLOPs per step")
@@ -188,8 +212,7 @@ def bench(args) -> int:
     if train:
         meta["grad_reference"] = ("float64 PyTorch autograd, eager per-node recursion" if use_torch else
                                   "central differences of models.reference64 at sampled entries (no torch here)")
-        print(f"  TRAINING STEPS (forward + backward to every weight's gradient); gradients checked against "
-              f"{meta['grad_reference']}")
+        print(f"  TRAINING STEPS ({train_step_parts(args)}); gradients checked against {meta['grad_reference']}")
     if getattr(args, "embed", None) is not None:
         print(f"  INPUTS: word vectors of width x = {args.embed} (the models' embed_size), every H")
     if getattr(args, "features", None) is not None:
@@ -208,7 +231,8 @@ def bench(args) -> int:
                 for B in args.batch:
                     path = os.path.join(tmp, f"{name}-{H}-{B}.npz")
                     flops, nodes, ref = write_case(path, model, name, trees, B, args.batches, train=train,
-                                                   features=getattr(args, "features", None))
+                                                   features=getattr(args, "features", None),
+                                                   optimizer=train_optimizer(args) if train else None)
                     cases.append({"model": name, "hidden": H, "embed": getattr(model, "embed_size", None),
                                   "batch": B, "path": path,
                                   "flops": flops, "nodes": nodes, "ref": ref})
@@ -259,6 +283,10 @@ def bench(args) -> int:
                     row.update(check_grads(_load_roots(grads), case["grad_ref"]))
                     if row["grad_wrong_batches"]:
                         wrong += f"  GRADIENT WRONG in batches {row['grad_wrong_batches']}"
+                    if train_optimizer(args) and not 0 < row.get("weight_moved", 0) < math.inf:
+                        wrong += f"  OPTIMIZER: its steps moved {row['grad_weight']} by {row.get('weight_moved')}"
+                        failures.append(f"{system} {where}: the optimizer's steps moved {row['grad_weight']} by "
+                                        f"{row.get('weight_moved')} (none, or not finite)")
                     what = (f"{row['ms']:.3f} ms/step  (max|err| {row['max_abs_err']:.1e}, "
                             f"d{row['grad_weight']} rel err {row['grad_max_rel_err']:.1e}){wrong}")
                 else:

@@ -30,7 +30,8 @@ set to None, out = fn(batch), (out * R).sum().backward() (R: the npz's d_roots, 
 fills every weight's .grad.  torch-levels writes its level states in place into preallocated
 tensors; autograd records those writes (CopySlices) and index_select saves only its indices,
 so the same function trains.  Also writes the gradient of the npz's grad_weight of every batch,
-(batches, *shape), to GRADS.npy.
+(batches, *shape), to GRADS.npy.  With the npz's `optimizer` (`make_optimizer`) each timed step
+ends in its step (not the checked warm-up: its gradients are the npz's weights').
 """
 import argparse
 import gc
@@ -105,12 +106,21 @@ def load(path):
     return str(d["model"]), int(d["hidden"]), weights, batches
 
 
-def make_system(system, model, H, w):
-    """fn(batch of FlatTree) -> (B, H) root h, everything from the trees on inside."""
+def make_system(system, model, H, w, sparse=False):
+    """fn(batch of FlatTree) -> (B, H) root h, everything from the trees on inside.  sparse: the
+    embedding's rows are read through F.embedding(sparse=True) (nn.Embedding(sparse=True)'s
+    lookup), so its gradient is a sparse tensor of the batch's rows."""
     import torch
     import torch.nn.functional as F
 
     emb = w["emb"]
+
+    def rows(words):
+        """emb's rows of the word ids `words` (a LongTensor)."""
+        return F.embedding(words, emb, sparse=True) if sparse else emb.index_select(0, words)
+
+    def row(word):                      # (one word's)
+        return rows(torch.tensor([word]))[0] if sparse else emb[word]
     lstm = model == "treelstm"
     if lstm:
         W, bW, U, bU = w["W"], w["bW"], w["U"], w["bU"]
@@ -122,7 +132,7 @@ def make_system(system, model, H, w):
         if lstm:
             def node(t, n):
                 if t.ll[n] < 0:
-                    i, o, u = F.linear(emb[t.wl[n]], W, bW).chunk(3)
+                    i, o, u = F.linear(row(t.wl[n]), W, bW).chunk(3)
                     c = sig(i) * tanh(u)
                     return sig(o) * tanh(c), c
                 hl, cl = node(t, t.ll[n])
@@ -135,7 +145,7 @@ def make_system(system, model, H, w):
 
         def node_fc(t, n):
             if t.ll[n] < 0:
-                return emb[t.wl[n]]
+                return row(t.wl[n])
             return tanh(F.linear(node_fc(t, t.ll[n]) + node_fc(t, t.rl[n]), W, b))
 
         return lambda trees: torch.stack([node_fc(t, t.n - 1) for t in trees])
@@ -165,7 +175,7 @@ def make_system(system, model, H, w):
             def run(trees):
                 N, words, levels, roots = plan(trees)
                 h, c = torch.empty(N, H), torch.empty(N, H)
-                i, o, u = F.linear(emb.index_select(0, words), W, bW).chunk(3, 1)
+                i, o, u = F.linear(rows(words), W, bW).chunk(3, 1)
                 nl = len(words)
                 c[:nl] = sig(i) * tanh(u)
                 h[:nl] = sig(o) * tanh(c[:nl])
@@ -181,7 +191,7 @@ def make_system(system, model, H, w):
         def run_fc(trees):
             N, words, levels, roots = plan(trees)
             h = torch.empty(N, H)
-            h[:len(words)] = emb.index_select(0, words)
+            h[:len(words)] = rows(words)
             for s, e, lr in levels:
                 h[s:e] = tanh(F.linear(h.index_select(0, lr).view(e - s, 2, H).sum(1), W, b))
             return h.index_select(0, roots)
@@ -226,7 +236,7 @@ def make_system(system, model, H, w):
                 g, leaves, words, roots = graph(trees)
                 N = g.num_nodes()
                 iou = torch.zeros(N, 3 * H)
-                iou[leaves] = F.linear(emb.index_select(0, words), W, bW)    # leaves: gates preset
+                iou[leaves] = F.linear(rows(words), W, bW)    # leaves: gates preset
                 g.ndata["iou"] = iou
                 g.ndata["cf"] = torch.zeros(N, H)                             # leaves: no forget term
                 g.ndata["h"] = torch.zeros(N, H)
@@ -244,7 +254,7 @@ def make_system(system, model, H, w):
         def run_fc(trees):
             g, leaves, words, roots = graph(trees)
             h = torch.zeros(g.num_nodes(), H)
-            h[leaves] = emb.index_select(0, words)
+            h[leaves] = rows(words)
             g.ndata["h"] = h
             dgl.prop_nodes_topo(g, message_fc, reduce_fc)
             return g.ndata["h"].index_select(0, roots)
@@ -267,31 +277,68 @@ def best_time(fn, arg, repeats):
     return best
 
 
-def train(system, model, H, weights, batches, direction, weight, repeats):
-    """(roots, gradients of `weight`, per-batch best step times) of one training step per batch."""
+def make_optimizer(parameters, spec):
+    """The optimizer of the case's spec (None: none): Adagrad over `parameters` (name -> tensor),
+    the embedding tables (spec's tables) a group of their own at table_lr without decay (which a
+    sparse gradient needs).  `cortex_tvm.bench.worker` makes its own here too: both step alike."""
+    import torch
+
+    if spec is None:
+        return None
+    if spec["kind"] != "adagrad":
+        raise ValueError("optimizer %r: only adagrad" % spec["kind"])
+    tables = [p for k, p in parameters.items() if k in spec["tables"]]
+    rest = [p for k, p in parameters.items() if k not in spec["tables"]]
+    groups = [{"params": rest, "lr": spec["lr"], "weight_decay": spec["weight_decay"]}]
+    if tables:
+        groups.append({"params": tables, "lr": spec["table_lr"]})
+    return torch.optim.Adagrad(groups)
+
+
+def train_steps(step, parameters, batches, weight, repeats, optimizer):
+    """(roots, gradients of `weight`, per-batch best times, the largest change of `weight`) of
+    `step(batch)` (forward, backward to every .grad), then `optimizer.step()` if one is given;
+    the warm-up (every batch once, its results kept for the check) takes no optimizer step."""
+    roots, grads = [], []
+    for batch in batches:
+        for p in parameters.values():
+            p.grad = None
+        roots.append(step(batch).detach().numpy().copy())
+        missing = [k for k, p in parameters.items() if p.grad is None]
+        if missing:
+            raise RuntimeError("no gradient for %s" % missing)
+        grads.append(parameters[weight].grad.to_dense().numpy().copy())
+    before = parameters[weight].detach().clone()
+
+    def timed(batch):
+        for p in parameters.values():
+            p.grad = None
+        step(batch)
+        if optimizer is not None:
+            optimizer.step()
+    times = [best_time(timed, batch, repeats) for batch in batches]
+    moved = float((parameters[weight].detach() - before).abs().max())
+    return np.stack(roots), np.stack(grads), times, moved
+
+
+def read_optimizer(data):
+    """The npz's optimizer spec (a dict), or None where the case has none."""
+    return json.loads(str(data["optimizer"])) if "optimizer" in data.files else None
+
+
+def train(system, model, H, weights, batches, direction, weight, repeats, spec):
+    """`train_steps` of `system`'s training step."""
     import torch
 
     w = {k: torch.from_numpy(np.array(v, np.float32)).requires_grad_() for k, v in weights.items()}
-    fn = make_system(system, model, H, w)
-    params = list(w.values())
+    fn = make_system(system, model, H, w, sparse=bool(spec and spec.get("sparse")))
     direction = torch.from_numpy(np.array(direction, np.float32))
 
     def step(batch):
-        for p in params:
-            p.grad = None
         out = fn(batch)
         (out * direction).sum().backward()
         return out
-
-    roots, grads = [], []
-    for batch in batches:                 # the warm-up: every batch once, its results checked
-        roots.append(step(batch).detach().numpy().copy())
-        missing = [k for k, p in w.items() if p.grad is None]
-        if missing:
-            raise RuntimeError("%s: no gradient for %s" % (system, missing))
-        grads.append(w[weight].grad.numpy().copy())
-    times = [best_time(step, batch, repeats) for batch in batches]
-    return np.stack(roots), np.stack(grads), times
+    return train_steps(step, w, batches, weight, repeats, make_optimizer(w, spec))
 
 
 def main(argv=None):
@@ -301,7 +348,8 @@ def main(argv=None):
     ap.add_argument("--roots", help="where to write every batch's root h (.npy)")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--train", action="store_true", help="time a training step (forward + backward) per batch")
+    ap.add_argument("--train", action="store_true",
+                    help="time a training step (forward, backward and the npz's optimizer step) per batch")
     ap.add_argument("--grads", help="--train: where to write every batch's gradient of the npz's grad_weight (.npy)")
     ap.add_argument("--probe", action="store_true", help="print torch/dgl versions as JSON and exit")
     args = ap.parse_args(argv)
@@ -314,43 +362,37 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     model, H, weights, batches = load(args.data)
+    extra = {}
     if args.train:
         if args.system.endswith("-bf16") or not args.grads:
             ap.error("--train needs --grads and an fp32 system")
         d = np.load(args.data)
-        weight = str(d["grad_weight"])
-        roots, grads, times = train(args.system, model, H, weights, batches, d["d_roots"], weight, args.repeats)
-        np.save(args.roots, roots)
+        spec, weight = read_optimizer(d), str(d["grad_weight"])
+        roots, grads, times, moved = train(args.system, model, H, weights, batches, d["d_roots"], weight,
+                                           args.repeats, spec)
         np.save(args.grads, grads)
-        result = {"system": args.system, "ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times],
-                  "mode": "train", "grad_weight": weight, "threads": torch.get_num_threads(),
-                  "torch": torch.__version__, "numpy": np.__version__}
-        if args.system == "dgl":
-            import dgl
-            result["dgl"] = dgl.__version__
-        print(json.dumps(result), flush=True)
-        return 0
-    with torch.inference_mode():
-        w = {k: torch.from_numpy(v) for k, v in weights.items()}
-        if args.system.endswith("-bf16"):      # PyTorch's own bf16 path: oneDNN under CPU autocast
-            fp32 = make_system(args.system[:-len("-bf16")], model, H, w)
+        extra = {"mode": "train", "grad_weight": weight, "optimizer": spec and spec["kind"], "weight_moved": moved}
+    else:
+        with torch.inference_mode():
+            w = {k: torch.from_numpy(v) for k, v in weights.items()}
+            if args.system.endswith("-bf16"):      # PyTorch's own bf16 path: oneDNN under CPU autocast
+                fp32 = make_system(args.system[:-len("-bf16")], model, H, w)
 
-            def fn(batch):
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    return fp32(batch).float()
-        else:
-            fn = make_system(args.system, model, H, w)
-        roots = np.stack([fn(batch).numpy().copy() for batch in batches])      # also the warm-up
-        times = [best_time(fn, batch, args.repeats) for batch in batches]
+                def fn(batch):
+                    with torch.autocast("cpu", dtype=torch.bfloat16):
+                        return fp32(batch).float()
+            else:
+                fn = make_system(args.system, model, H, w)
+            roots = np.stack([fn(batch).numpy().copy() for batch in batches])      # also the warm-up
+            times = [best_time(fn, batch, args.repeats) for batch in batches]
     np.save(args.roots, roots)
     result = {"system": args.system, "ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times],
-              "threads": torch.get_num_threads(), "torch": torch.__version__, "numpy": np.__version__}
+              **extra, "threads": torch.get_num_threads(), "torch": torch.__version__, "numpy": np.__version__}
     if args.system == "dgl":
         import dgl
         result["dgl"] = dgl.__version__
     print(json.dumps(result), flush=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,10 +11,11 @@ of every batch, (batches, B, *state), to ROOTS.npy for the orchestrator to
 check (`check.py`).  The thread variables must be set by the parent (they are
 read when the runtimes start); the worker only checks them.
 
---train (cortex_tvm only): one training step per batch is timed instead, compile(training=True)
-then ``out, vjp = compiled.vjp(trees); grads = vjp(R)`` (R: the npz's d_roots, every weight's
-gradient of sum(roots * R)); the worker also writes the gradient of the npz's grad_weight for
-every batch, (batches, *shape), to GRADS.npy.
+--train (cortex_tvm only): one training step per batch is timed instead (`run_train`): with the
+npz's optimizer, compile(training=True).as_torch(), loss = sum(roots * R) (R: the npz's d_roots),
+loss.backward() and the optimizer's step; without, ``out, vjp = compiled.vjp(trees); vjp(R)``.
+The worker also writes the gradient of the npz's grad_weight for every batch, (batches, *shape),
+to GRADS.npy.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from ..timing import best_of
 from .cases import make_model, structures
 from .common import THREAD_VARS, per_batch_best
 from .peak import fma_peak
+from .torch_worker import make_optimizer, read_optimizer, train_steps
 
 
 def load_case(path):
@@ -79,17 +81,38 @@ def run_model(system, path, repeats, roots_path, mcpu=None):
 
 
 def run_train(system, path, repeats, roots_path, grads_path, mcpu=None):
-    """One training step per batch: the forward (compiled kernel), the backward to every weight."""
+    """One training step per batch.  With the case's optimizer (`torch_worker.make_optimizer`) the
+    step is a user's with torch: ``compiled.as_torch()`` on the batch, ``loss.backward()``, the
+    optimizer's step (the next forward hands the moved weights to the kernel); without, the
+    compiled model's own ``out, vjp = compiled.vjp(trees); vjp(R)``.  Also the pullback alone."""
     if system != "cortex_tvm":
         raise ValueError(f"--train: no training step for {system!r} in this worker")
     model, batches, case = load_case(path)
     direction = np.array(case["d_roots"], np.float32)
     weight = str(case["grad_weight"])
+    spec = read_optimizer(case)
     start = time.perf_counter()
     compiled = model.compile(target={"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm", training=True)
     extra = {"compile_s": round(time.perf_counter() - start, 3), "recipe": getattr(compiled, "recipe_name", None),
-             "target": str(compiled.target)}
+             "target": str(compiled.target), "optimizer": spec and spec["kind"]}
+    if spec is None:
+        roots, grads, times = _vjp_steps(compiled, model, batches, direction, weight, repeats)
+    else:
+        roots, grads, times, extra["weight_moved"] = _torch_steps(compiled, batches, direction, weight,
+                                                                  repeats, spec)
 
+    def backward_alone(trees):
+        """the pullback, again and again on one forward's kept values"""
+        return best_of(compiled.vjp(trees)[1], direction, repeats)
+    backward = [backward_alone(batch) for batch in batches]
+    np.save(roots_path, roots)
+    np.save(grads_path, grads)
+    return {"ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times], "mode": "train",
+            "backward_ms": float(np.mean(backward)) * 1e3, "grad_weight": weight, **extra}
+
+
+def _vjp_steps(compiled, model, batches, direction, weight, repeats):
+    """(roots, gradients of `weight`, per-batch best times) of ``vjp(trees)`` and its pullback."""
     def step(trees):
         out, vjp = compiled.vjp(trees)
         return out, vjp(direction)
@@ -101,16 +124,26 @@ def run_train(system, path, repeats, roots_path, grads_path, mcpu=None):
             raise RuntimeError(f"vjp gave gradients of {sorted(g)}, not of every weight {sorted(model.weights)}")
         roots.append(np.array(out, copy=True))
         grads.append(np.array(g[weight], copy=True))
-    times = [best_of(step, batch, repeats) for batch in batches]
+    return np.stack(roots), np.stack(grads), [best_of(step, batch, repeats) for batch in batches]
 
-    def backward_alone(trees):
-        """the pullback, again and again on one forward's kept values"""
-        return best_of(compiled.vjp(trees)[1], direction, repeats)
-    backward = [backward_alone(batch) for batch in batches]
-    np.save(roots_path, np.stack(roots))
-    np.save(grads_path, np.stack(grads))
-    return {"ms": float(np.mean(times)) * 1e3, "per_batch_ms": [t * 1e3 for t in times], "mode": "train",
-            "backward_ms": float(np.mean(backward)) * 1e3, "grad_weight": weight, **extra}
+
+def _torch_steps(compiled, batches, direction, weight, repeats, spec):
+    """`torch_worker.train_steps` through ``compiled.as_torch(sparse=spec's sparse)``: the same
+    steps and optimizer as the PyTorch baselines'.  OMP_WAIT_POLICY=PASSIVE, as the docs tell a user: torch's spinning
+    threads would take the cores from the kernel's (set before torch loads: it reads it then)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import torch
+
+    torch.set_num_threads(int(os.environ["TVM_NUM_THREADS"]))
+    module = compiled.as_torch(sparse=bool(spec.get("sparse")))
+    parameters = dict(module.named_parameters())
+    d_out = torch.from_numpy(direction)
+
+    def step(trees):
+        out = module(trees)
+        (out * d_out).sum().backward()
+        return out
+    return train_steps(step, parameters, batches, weight, repeats, make_optimizer(parameters, spec))
 
 
 def run_sgemm(repeats, n=1024):
@@ -141,7 +174,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--mcpu", default=None, help="cortex_tvm: the LLVM CPU to compile for")
     parser.add_argument("--train", action="store_true",
-                        help="cortex_tvm: time a training step (forward + backward) per batch")
+                        help="cortex_tvm: time a training step (forward, backward, the npz's optimizer) per batch")
     parser.add_argument("--grads", help="--train: where to write every batch's gradient of the npz's grad_weight")
     args = parser.parse_args(argv)
     wrong = {v: os.environ.get(v) for v in THREAD_VARS if os.environ.get(v) != str(args.threads)}
