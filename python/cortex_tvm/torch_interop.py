@@ -54,8 +54,9 @@ INFERENCE_ONLY = ("as_torch(): inference only. The module has no parameters and 
 #: said when a trained module is made while PyTorch's OpenMP threads spin between its ops
 SPINNING_THREADS = ("as_torch(): PyTorch's OpenMP threads spin for milliseconds after each of its parallel ops, on "
                     "the cores the compiled model's threads need next: set OMP_WAIT_POLICY=PASSIVE before torch is "
-                    "imported, or torch.set_num_threads(1) (a TreeLSTM training step at batch 25 ran in 14 ms "
-                    "instead of 24 on a 2-core Zen 4; docs/training.md)")
+                    "imported (importing cortex_tvm or tvm imports it: tvm_ffi does where torch is installed), or "
+                    "torch.set_num_threads(1) (a TreeLSTM training step at batch 25 ran in 14 ms instead of 24 on a "
+                    "2-core Zen 4; docs/training.md)")
 
 
 def as_torch(compiled, sparse: bool = False):
@@ -65,8 +66,8 @@ def as_torch(compiled, sparse: bool = False):
     Compiled with training=True: the weights are parameters and gradients flow (module
     docstring).  Otherwise inference only, and it says so: a UserWarning when the module is made
     (INFERENCE_ONLY).  A trained module warns (SPINNING_THREADS) when it is made if torch runs
-    several threads and OMP_WAIT_POLICY is not PASSIVE (read then: set after torch loaded, it
-    silences the warning but not the threads).  torch.save cannot pickle compiled code: save `compiled.export(path)` and
+    several threads and OMP_WAIT_POLICY is not PASSIVE (read then: set after torch loaded, and
+    importing tvm loads it, it silences the warning but not the threads).  torch.save cannot pickle compiled code: save `compiled.export(path)` and
     `ct.load(path)`; a trained module's weights are in its `state_dict()`.
 
     sparse=True (training): the gradient of each embedding table (`emb`; MV-RNN's `embM` too) is

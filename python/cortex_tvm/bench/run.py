@@ -259,7 +259,10 @@ def bench(args) -> int:
             if system.startswith("cortex_tvm") and getattr(args, "mcpu", None):
                 cmd += ["--mcpu", args.mcpu]
             t0 = time.perf_counter()
-            result, err = _worker_json(cmd, env, args.timeout)
+            # our side's torch (its optimizer) waits passively, as docs/training.md tells a user; set
+            # here, before the worker imports tvm (tvm_ffi imports torch, which reads it then)
+            passive = system == "cortex_tvm" and train and train_optimizer(args) is not None
+            result, err = _worker_json(cmd, {**env, "OMP_WAIT_POLICY": "PASSIVE"} if passive else env, args.timeout)
             where = "" if case is None else f"{case['model']:8s} H={case['hidden']:<4d} B={case['batch']:<3d}"
             row = {"system": system, "round": rnd, "wall_s": round(time.perf_counter() - t0, 2)}
             if case is not None:

@@ -100,6 +100,7 @@ def run_train(system, path, repeats, roots_path, grads_path, mcpu=None):
     else:
         roots, grads, times, extra["weight_moved"] = _torch_steps(compiled, batches, direction, weight,
                                                                   repeats, spec)
+        extra["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
 
     def backward_alone(trees):
         """the pullback, again and again on one forward's kept values"""
@@ -129,9 +130,9 @@ def _vjp_steps(compiled, model, batches, direction, weight, repeats):
 
 def _torch_steps(compiled, batches, direction, weight, repeats, spec):
     """`torch_worker.train_steps` through ``compiled.as_torch(sparse=spec's sparse)``: the same
-    steps and optimizer as the PyTorch baselines'.  OMP_WAIT_POLICY=PASSIVE, as the docs tell a user: torch's spinning
-    threads would take the cores from the kernel's (set before torch loads: it reads it then)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    steps and optimizer as the PyTorch baselines'.  The orchestrator sets OMP_WAIT_POLICY=PASSIVE,
+    as docs/training.md tells a user (torch's spinning threads would take the kernel's cores); it
+    must be set before this process imported tvm, whose ffi imports torch."""
     import torch
 
     torch.set_num_threads(int(os.environ["TVM_NUM_THREADS"]))
