@@ -182,7 +182,7 @@ def test_train_end_to_end(tmp_path):
     assert case["embed"] == 24 and "TreeLSTM H=16 x=24 batch=2" in proc.stdout
     assert case["grad_check"]["weight"] == "U" and len(case["grad_check"]["ref_max_abs"]) == 2
     assert case["cortex_tvm_backward_ms"] > 0 and case["cortex_tvm_backward_pct_of_sgemm"] > 0
-    for needle in ("TRAINING STEPS", "ms/step", "trees/s", "dU rel err", "training step (forward + backward + Adagrad)",
+    for needle in ("TRAINING STEPS", "ms/step", "trees/s", "dU rel err", "training step (forward + backward + Adagrad step)",
                    "cortex_tvm backward alone"):
         assert needle in proc.stdout
 

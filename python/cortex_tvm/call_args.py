@@ -41,10 +41,10 @@ class Pullback:
     the embeddings' batch rows only), the gradients, `fn(d_out, rows)`; `word_rows`, the rows
     each embedding's gradient can be nonzero on (`adjoint.Adjoint.word_rows`), found the first
     time it is read: a np.unique over the batch's words, about 0.19 ms of a training step (a
-    profile) that the dense path never reads."""
+    profile) that the dense path never reads; `rows`: those rows where the caller found them."""
 
-    def __init__(self, fn, adjoint, lin):
-        self._fn, self._adjoint, self._lin, self._rows = fn, adjoint, lin, None
+    def __init__(self, fn, adjoint, lin, rows=None):
+        self._fn, self._adjoint, self._lin, self._rows = fn, adjoint, lin, rows
 
     @property
     def word_rows(self) -> dict:

@@ -329,8 +329,8 @@ class CompiledModel:
         plain = self.adjoint.layout(
             self.signature.layout_parents(parents, words, 1, True, self._vocab_bound, features=features)
             if arrays else self.adjoint.linearize(trees, features=features))
-        if self._rows_unchecked:                  # (`load_weights` left them to each batch)
-            check_rows(self.training_weights, self.adjoint.word_rows(plain), "vjp", self._rows_unchecked)
+        batch_rows = self.adjoint.word_rows(plain) if self._rows_unchecked else None     # (`load_weights`
+        check_rows(self.training_weights, batch_rows, "vjp", self._rows_unchecked)     # left them to a batch)
         forwarded = self.adjoint.forward(plain, self.training_weights)
         if forwarded is not None:       # the backward's own forward, which keeps what it needs
             saved, token = forwarded
@@ -368,7 +368,7 @@ class CompiledModel:
             if adjoint.features is not None:       # the features' rows, in the caller's order
                 out[adjoint.features.name] = grads[adjoint.features.name][plain.node_slots]
             return out
-        return out, Pullback(pullback, adjoint, plain)
+        return out, Pullback(pullback, adjoint, plain, batch_rows)
 
     def as_torch(self, sparse: bool = False):
         """This model as a `torch.nn.Module` whose forward(trees) returns a torch.Tensor (DLPack,

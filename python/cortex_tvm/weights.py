@@ -79,7 +79,7 @@ def check_rows(tables: dict, rows: dict, who: str, names) -> None:
     (row numbers, e.g. the words a batch reads; None: every row) of each table `tables[name]`
     whose name is in `names`."""
     for name in names:
-        index = rows.get(name, ())
+        index = rows[name]
         read = tables[name] if index is None else tables[name][index]
         if not all_finite(read):
             first = np.flatnonzero(~np.isfinite(read.reshape(len(read), -1)).all(axis=1))[0]

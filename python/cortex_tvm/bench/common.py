@@ -29,6 +29,22 @@ TRAIN_OPTIMIZER = {"kind": "adagrad", "lr": 0.05, "weight_decay": 1e-4, "tables"
                    "sparse": False}
 
 
+def train_optimizer(args):
+    """`--train`'s optimizer spec (`common.TRAIN_OPTIMIZER`; adagrad-sparse: with sparse embedding
+    gradients), or None (--optimizer none)."""
+    choice = getattr(args, "optimizer", "adagrad")
+    return None if choice == "none" else {**TRAIN_OPTIMIZER, "sparse": choice == "adagrad-sparse"}
+
+
+def train_step_parts(args) -> str:
+    """What a timed training step holds, for the tables' titles."""
+    spec = train_optimizer(args)
+    if spec is None:
+        return "forward + backward"
+    return f"forward + backward + {spec['kind'].capitalize()} step" + (
+        ", sparse embedding gradients" if spec["sparse"] else "")
+
+
 def thread_env(threads: int, base=None) -> dict:
     """Environment for a worker: every runtime's thread pool sized to `threads`."""
     env = dict(os.environ if base is None else base)

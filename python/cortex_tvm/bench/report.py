@@ -9,7 +9,7 @@ import numpy as np
 from . import TORCH_SYSTEMS
 from .cases import MODEL_CLASSES, TORCH_MODELS, hidden_for
 from .check import GRAD_TOLERANCE, TOLERANCE, grad_wrong_lines, tolerance_of, wrong_lines
-from .common import GRAD_WEIGHT, TRAIN_FLOPS_FACTOR, TRAIN_OPTIMIZER
+from .common import GRAD_WEIGHT, TRAIN_FLOPS_FACTOR, train_optimizer, train_step_parts
 
 def _fmt_ms(ms):
     return f"{ms:9.3f}" if ms < 100 else f"{ms:9.1f}"
@@ -103,12 +103,11 @@ def print_tables(rows, cases, systems, sgemm_gflops, args, peak=None):
     if peak:
         print(f"this CPU's fp32 FMA peak (bench/peak.py, {args.threads} threads): {peak:.1f} GFLOP/s")
     if train:
-        spec = getattr(args, "optimizer", "adagrad")
-        recipe = TRAIN_OPTIMIZER
-        step = "" if spec == "none" else (
-            f", then torch.optim.Adagrad's step on every side (lr {recipe['lr']}, weight decay "
-            f"{recipe['weight_decay']}; the embedding at lr {recipe['table_lr']}, no decay: DGL's TreeLSTM recipe"
-            + ("; the embedding's gradient sparse on every side" if spec.endswith("sparse") else "") + ")")
+        spec = train_optimizer(args)
+        step = "" if spec is None else (
+            f", then torch.optim.Adagrad's step on every side (lr {spec['lr']}, weight decay "
+            f"{spec['weight_decay']}; the embedding at lr {spec['table_lr']}, no decay: DGL's TreeLSTM recipe"
+            + ("; the embedding's gradient sparse on every side" if spec["sparse"] else "") + ")")
         print(f"TRAINING STEPS: ms = one training step per batch (forward, loss = sum(roots * R), backward to the "
               f"gradients of every weight{step}); GFLOP/s count {TRAIN_FLOPS_FACTOR}x the forward's useful FLOPs")
     print(f"metric: mean over {args.batches} batches of the best of {args.repeats} runs, "
@@ -116,10 +115,7 @@ def print_tables(rows, cases, systems, sgemm_gflops, args, peak=None):
           + ("; vs bf16 = system / cortex_tvm-bf16" if "cortex_tvm-bf16" in systems else ""))
     for case in cases:
         key = (case["model"], case["hidden"], case["batch"])
-        parts = {"none": "forward + backward", "adagrad": "forward + backward + Adagrad",
-                 "adagrad-sparse": "forward + backward + Adagrad, sparse embedding gradients"}[
-                     getattr(args, "optimizer", "adagrad")]
-        what = (f"training step ({parts}), {case['flops'] / 1e6:.1f} MFLOP forward per batch"
+        what = (f"training step ({train_step_parts(args)}), {case['flops'] / 1e6:.1f} MFLOP forward per batch"
                 if train else f"{case['flops'] / 1e6:.1f} MFLOP per batch")
         width = f" x={case['embed']}" if case.get("embed") not in (None, hidden_for(key[0], key[1])) else ""
         print(f"\n{MODEL_CLASSES[key[0]]} H={hidden_for(key[0], key[1])}{width} batch={key[2]}: "

@@ -45,26 +45,10 @@ from . import BF16_SYSTEMS, TORCH_SYSTEMS, TRAIN_MODELS, TRAIN_SYSTEMS
 from .case_data import case_groups, reference_grads, train_direction, write_case
 from .cases import EMBED_MODELS, FEATURE_MODELS, TORCH_MODELS, make_model
 from .check import BF16_TOLERANCE, GRAD_TOLERANCE, TOLERANCE, check_grads, check_roots, tolerance_of
-from .common import GRAD_WEIGHT, TRAIN_FLOPS_FACTOR, TRAIN_OPTIMIZER, cpu_model, thread_env
+from .common import GRAD_WEIGHT, TRAIN_FLOPS_FACTOR, cpu_model, thread_env, train_optimizer, train_step_parts
 from .report import case_record, peak_gflops, print_tables, summarize
 
 TORCH_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_worker.py")
-
-
-def train_optimizer(args):
-    """`--train`'s optimizer spec (`common.TRAIN_OPTIMIZER`; adagrad-sparse: with sparse embedding
-    gradients), or None (--optimizer none)."""
-    choice = getattr(args, "optimizer", "adagrad")
-    return None if choice == "none" else {**TRAIN_OPTIMIZER, "sparse": choice == "adagrad-sparse"}
-
-
-def train_step_parts(args) -> str:
-    """What a timed training step holds, for the tables' titles."""
-    spec = train_optimizer(args)
-    if spec is None:
-        return "forward + backward"
-    return f"forward + backward + {spec['kind'].capitalize()} step" + (
-        ", sparse embedding gradients" if spec["sparse"] else "")
 
 
 def _apply_quick(args):

@@ -394,5 +394,6 @@ def main(argv=None):
     print(json.dumps(result), flush=True)
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())
