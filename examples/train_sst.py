@@ -8,6 +8,8 @@ forward compiled (the backward's own level pass, or the model's kernel where the
 for the cores), the backward generated from the RA program, and the
 embedding's gradient holds the batch's words' rows only (a sparse tensor, as
 `nn.Embedding(sparse=True)` makes), so Adagrad updates those rows and not the whole table.
+The optimizer is `ct.optim.Adagrad`, torch.optim.Adagrad's update as one compiled pass per weight
+(`--torch-optimizer`: torch's own, the same numbers a few times slower).
 
     python examples/train_sst.py                       # the bundled SST dev trees, split 80/20
     python examples/train_sst.py --trees train.txt --test dev.txt --epochs 5
@@ -52,12 +54,12 @@ def make_encoder(vocab_size, hidden, embed, seed, sparse=True):
     return model, model.compile(training=True).as_torch(sparse=sparse)
 
 
-def make_optimizer(encoder, classifier, lr, weight_decay):
+def make_optimizer(encoder, classifier, lr, weight_decay, adagrad=None):
     """DGL's TreeLSTM recipe: the embedding in a group of its own, a tenth of the rate, no decay
-    (which Adagrad cannot apply to a sparse gradient)."""
+    (which Adagrad cannot apply to a sparse gradient); adagrad: the class (ct.optim.Adagrad)."""
     rest = [p for name, p in encoder.named_parameters() if name != "emb"] + list(classifier.parameters())
-    return torch.optim.Adagrad([{"params": rest, "weight_decay": weight_decay},
-                                {"params": [encoder.emb], "lr": 0.1 * lr}], lr=lr)
+    return (adagrad or ct.optim.Adagrad)([{"params": rest, "weight_decay": weight_decay},
+                                          {"params": [encoder.emb], "lr": 0.1 * lr}], lr=lr)
 
 
 def step(encoder, classifier, optimizer, trees) -> float:
@@ -99,6 +101,8 @@ def main(argv=None):
     parser.add_argument("--weight-decay", type=float, default=1e-4, help="(default: %(default)s)")
     parser.add_argument("--dense-embedding", action="store_true",
                         help="the embedding's gradient as the whole table (the same steps, slower)")
+    parser.add_argument("--torch-optimizer", action="store_true",
+                        help="torch.optim.Adagrad instead of ct.optim.Adagrad (the same update, slower)")
     parser.add_argument("--max-trees", type=int, default=None, help="use only the first N training trees")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -124,7 +128,8 @@ def main(argv=None):
         print(f"the training forward keeps {level_pass.saved_vectors('internal')} vectors of h per internal node "
               f"and {level_pass.saved_vectors('leaf')} per leaf for the backward")
     classifier = torch.nn.Linear(args.hidden, CLASSES)
-    optimizer = make_optimizer(encoder, classifier, args.lr, args.weight_decay)
+    optimizer = make_optimizer(encoder, classifier, args.lr, args.weight_decay,
+                               torch.optim.Adagrad if args.torch_optimizer else None)
     for epoch in range(1, args.epochs + 1):
         order = rng.permutation(len(train))
         batches = [[train[i] for i in order[k:k + args.batch]] for k in range(0, len(train), args.batch)]

@@ -147,18 +147,21 @@ def test_embed_is_refused_where_it_has_no_meaning():
         run.bench(_bench_args(["--embed", "0", "--systems", "cortex_tvm"]))
 
 
-def test_train_end_to_end(tmp_path):
+@pytest.mark.parametrize("optimizer", ["adagrad", "adagrad-sparse-ours"])
+def test_train_end_to_end(tmp_path, optimizer):
     """With word vectors wider than the hidden size (--embed, x = 24, H = 16: the SST recipe's
-    x = 300, h = 150 in small), ours and PyTorch by height on the same weights."""
+    x = 300, h = 150 in small), ours and PyTorch by height on the same weights; -ours: our side
+    steps with cortex_tvm.optim.Adagrad, the same update as the baseline's torch.optim.Adagrad."""
     out = tmp_path / "train.json"
     cmd = [sys.executable, "-m", "cortex_tvm.cli", "bench", "--train", "--models", "treelstm", "--hidden", "16",
            "--embed", "24", "--batch", "2", "--batches", "2", "--repeats", "1", "--rounds", "1", "--threads", "2",
-           "--systems", "cortex_tvm", "torch-levels", "--out", str(out)]
+           "--systems", "cortex_tvm", "torch-levels", "--optimizer", optimizer, "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)   # a hang guard only
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     assert result["meta"]["mode"] == "train" and "forward + backward + Adagrad step" in result["meta"]["metric"]
-    assert result["meta"]["optimizer"] == TRAIN_OPTIMIZER
+    ours = optimizer.endswith("-ours")
+    assert result["meta"]["optimizer"] == {**TRAIN_OPTIMIZER, "sparse": ours, "ours": ours}
     rows = {r["system"]: r for r in result["rows"]}
     assert set(rows) == {"cortex_tvm", "torch-levels"}
     systems = ["cortex_tvm"] + (["torch-levels"] if "skipped" not in rows["torch-levels"] else [])
@@ -182,7 +185,8 @@ def test_train_end_to_end(tmp_path):
     assert case["embed"] == 24 and "TreeLSTM H=16 x=24 batch=2" in proc.stdout
     assert case["grad_check"]["weight"] == "U" and len(case["grad_check"]["ref_max_abs"]) == 2
     assert case["cortex_tvm_backward_ms"] > 0 and case["cortex_tvm_backward_pct_of_sgemm"] > 0
-    for needle in ("TRAINING STEPS", "ms/step", "trees/s", "dU rel err", "training step (forward + backward + Adagrad step)",
+    title = ("Adagrad step, sparse embedding gradients (ours: cortex_tvm.optim.Adagrad))" if ours else "Adagrad step)")
+    for needle in ("TRAINING STEPS", "ms/step", "trees/s", "dU rel err", "training step (forward + backward + " + title,
                    "cortex_tvm backward alone"):
         assert needle in proc.stdout
 
@@ -232,6 +236,36 @@ def test_the_optimizer_step_is_dgls_adagrad():
     assert make_optimizer(params, None) is None
     with pytest.raises(ValueError, match="only adagrad"):
         make_optimizer(params, {**TRAIN_OPTIMIZER, "kind": "sgd"})
+
+
+@pytest.mark.skipif(not has_torch, reason="no torch in this Python")
+@pytest.mark.parametrize("sparse", [False, True])
+def test_our_adagrad_is_the_same_update_as_the_baselines(sparse):
+    """--optimizer adagrad(-sparse)-ours: our worker steps with `cortex_tvm.optim.Adagrad`, a baseline
+    (which has no `ours` to give) with torch's; two steps on the same gradients agree."""
+    import torch
+
+    from cortex_tvm.optim import Adagrad
+    rng = np.random.default_rng(1)
+    start = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in
+             (("emb", (6, 3)), ("W", (40, 3)), ("b", (4,)))}
+    spec = {**TRAIN_OPTIMIZER, "sparse": sparse, "ours": True}
+    runs = []
+    for ours in (None, Adagrad):
+        params = {name: torch.nn.Parameter(torch.from_numpy(w.copy())) for name, w in start.items()}
+        optimizer = make_optimizer(params, spec, ours)
+        assert type(optimizer) is (Adagrad if ours else torch.optim.Adagrad)
+        assert type(make_optimizer(params, {**spec, "ours": False}, ours)) is torch.optim.Adagrad
+        for step in range(2):
+            for name, p in params.items():
+                grad = torch.from_numpy(np.random.default_rng(step).standard_normal(p.shape).astype(np.float32))
+                p.grad = torch.sparse_coo_tensor(torch.tensor([[1, 4]]), grad[[1, 4]], p.shape) \
+                    if sparse and name == "emb" else grad
+            optimizer.step()
+        runs.append({name: p.detach().numpy().copy() for name, p in params.items()})
+    for name in start:
+        np.testing.assert_allclose(runs[1][name], runs[0][name], rtol=2e-6, atol=2e-7)
+        assert not np.array_equal(runs[1][name], start[name])
 
 
 @pytest.mark.skipif(not has_torch, reason="no torch in this Python")

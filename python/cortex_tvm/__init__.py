@@ -30,6 +30,7 @@ _COMPILE_SIDE = {
     "models": ("cortex_tvm.models", None), "ra": ("cortex_tvm.ra", None), "recipes": ("cortex_tvm.recipes", None),
     "compile_count": ("cortex_tvm.compile_cache", "compile_count"), "make_target": ("cortex_tvm.build", "make_target"),
     "TIR_PIPELINE": ("cortex_tvm.tir_pipeline", "NAME"),
+    "optim": ("cortex_tvm.optim", None),      # (imports torch: not in __all__, which `import *` imports)
     "RecSchedule": ("cortex_tvm.schedule", "RecSchedule"), "ScheduleError": ("cortex_tvm.schedule", "ScheduleError"),
     **{name: ("cortex_tvm.frontend", name)
        for name in ("compile", "concat", "exp", "recursive", "relu", "sigmoid", "split", "tanh")},

@@ -5,6 +5,7 @@ user meets them; `tests/test_guide.py` checks that docs/api.md is what this prin
 """
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import sys
 
@@ -60,7 +61,9 @@ def sections() -> list:
             ("What every model has (`ct.models.Model`)", model_methods),
             ("Trees and readers (`ct.data`)", readers), ("A compiled model (`CompiledModel`)", compiled),
             ("Recursive functions (`ct.frontend`)", traced),
-            ("Schedule primitives (`ct.RecSchedule`)", primitives), ("Tuning (`cortex_tvm.tune`)", tuning)]
+            ("Schedule primitives (`ct.RecSchedule`)", primitives), ("Tuning (`cortex_tvm.tune`)", tuning)] + (
+        [("Optimizers (`ct.optim`, with torch)", [("ct.optim.Adagrad", ct.optim.Adagrad)])]
+        if importlib.util.find_spec("torch") else [])
 
 
 def render() -> str:

@@ -61,12 +61,15 @@ def add_parser(subparsers):
                         "forward); treelstm and treefc, systems cortex_tvm, torch-eager, torch-levels, "
                         "dgl; roots and the gradient of U (treelstm) / W (treefc) are checked against "
                         "float64 PyTorch autograd")
-    p.add_argument("--optimizer", choices=("adagrad", "adagrad-sparse", "none"), default="adagrad",
+    p.add_argument("--optimizer", default="adagrad",
+                   choices=("adagrad", "adagrad-sparse", "adagrad-ours", "adagrad-sparse-ours", "none"),
                    help="--train: the optimizer step each timed training step ends in, torch.optim.Adagrad on "
                         "every side (cortex_tvm through as_torch(); DGL's TreeLSTM recipe: lr 0.05, weight decay "
                         "1e-4, the embedding at lr 0.005 without decay; needs torch); adagrad-sparse: the same with "
                         "the embedding's gradient a sparse tensor of the batch's rows on every side "
                         "(F.embedding(sparse=True), as_torch(sparse=True)), so the step updates those rows only; "
+                        "-ours: the same, but cortex_tvm steps with its own cortex_tvm.optim.Adagrad (the same "
+                        "update, compiled), the baselines with torch.optim.Adagrad; "
                         "none: forward + backward only (cortex_tvm through vjp)")
     p.add_argument("--features", type=int, default=None, metavar="F",
                    help="feed every node F seeded float32 features instead of a word id (models built with "

@@ -24,16 +24,17 @@ TRAIN_FLOPS_FACTOR = 3
 #: `bench --train`'s optimizer step, every system's the same torch.optim.Adagrad: DGL's TreeLSTM
 #: recipe (lr 0.05 and weight decay 1e-4, the embedding tables at 0.1 x the rate without decay),
 #: written into the case's .npz as JSON for the standalone torch worker; sparse: the embedding's
-#: gradient a sparse tensor of the batch's rows on every side (`--optimizer adagrad-sparse`)
+#: gradient a sparse tensor of the batch's rows on every side (`--optimizer adagrad-sparse`);
+#: ours: cortex_tvm steps with its own `cortex_tvm.optim.Adagrad`, the same update (`--optimizer adagrad-ours`)
 TRAIN_OPTIMIZER = {"kind": "adagrad", "lr": 0.05, "weight_decay": 1e-4, "tables": ["emb"], "table_lr": 0.005,
-                   "sparse": False}
+                   "sparse": False, "ours": False}
 
 
 def train_optimizer(args):
     """`--train`'s optimizer spec (`common.TRAIN_OPTIMIZER`; adagrad-sparse: with sparse embedding
-    gradients), or None (--optimizer none)."""
+    gradients; -ours: our side steps with cortex_tvm.optim.Adagrad), or None (--optimizer none)."""
     choice = getattr(args, "optimizer", "adagrad")
-    return None if choice == "none" else {**TRAIN_OPTIMIZER, "sparse": choice == "adagrad-sparse"}
+    return None if choice == "none" else {**TRAIN_OPTIMIZER, "sparse": "sparse" in choice, "ours": "ours" in choice}
 
 
 def train_step_parts(args) -> str:
@@ -42,7 +43,8 @@ def train_step_parts(args) -> str:
     if spec is None:
         return "forward + backward"
     return f"forward + backward + {spec['kind'].capitalize()} step" + (
-        ", sparse embedding gradients" if spec["sparse"] else "")
+        ", sparse embedding gradients" if spec["sparse"] else "") + (
+        " (ours: cortex_tvm.optim.Adagrad)" if spec["ours"] else "")
 
 
 def thread_env(threads: int, base=None) -> dict:

@@ -104,8 +104,10 @@ def print_tables(rows, cases, systems, sgemm_gflops, args, peak=None):
         print(f"this CPU's fp32 FMA peak (bench/peak.py, {args.threads} threads): {peak:.1f} GFLOP/s")
     if train:
         spec = train_optimizer(args)
+        which = ("Adagrad's step, ours cortex_tvm.optim.Adagrad, the baselines torch.optim.Adagrad"
+                 if spec and spec["ours"] else "torch.optim.Adagrad's step on every side")
         step = "" if spec is None else (
-            f", then torch.optim.Adagrad's step on every side (lr {spec['lr']}, weight decay "
+            f", then {which} (lr {spec['lr']}, weight decay "
             f"{spec['weight_decay']}; the embedding at lr {spec['table_lr']}, no decay: DGL's TreeLSTM recipe"
             + ("; the embedding's gradient sparse on every side" if spec["sparse"] else "") + ")")
         print(f"TRAINING STEPS: ms = one training step per batch (forward, loss = sum(roots * R), backward to the "

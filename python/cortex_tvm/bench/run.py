@@ -12,8 +12,8 @@ round, and any wrong batch of any round fails the command.
 
 `--train`: each worker times one training step per batch (forward, loss = sum(roots * R),
 backward to every weight's gradient, then the same torch.optim.Adagrad step on every side,
-`common.TRAIN_OPTIMIZER`, unless --optimizer none; R, (B, H), fixed and seeded, is in the npz as
-d_roots)
+`common.TRAIN_OPTIMIZER` (-ours: ours through cortex_tvm.optim.Adagrad), unless --optimizer none;
+R, (B, H), fixed and seeded, is in the npz as d_roots)
 and also writes the gradient of one weight per batch (common.GRAD_WEIGHT: U of TreeLSTM, W of
 TreeFC), checked like the roots against a float64 reference: PyTorch autograd through an eager
 per-node recursion when this Python has torch, else central differences of `reference64` at a

@@ -24,14 +24,13 @@ Writes the root h of every batch, (batches, B, H) float32 from the warm-up
 pass, to ROOTS.npy for the orchestrator to check against its float64
 reference, and prints one JSON line.
 
---train (torch-eager, torch-levels, dgl): one training step per batch is timed instead: the
-same forward functions with the weights as tensors that require grad; per batch the grads are
-set to None, out = fn(batch), (out * R).sum().backward() (R: the npz's d_roots, (B, H)), which
-fills every weight's .grad.  torch-levels writes its level states in place into preallocated
-tensors; autograd records those writes (CopySlices) and index_select saves only its indices,
-so the same function trains.  Also writes the gradient of the npz's grad_weight of every batch,
-(batches, *shape), to GRADS.npy.  With the npz's `optimizer` (`make_optimizer`) each timed step
-ends in its step (not the checked warm-up: its gradients are the npz's weights').
+--train (torch-eager, torch-levels, dgl): one training step per batch is timed instead: the same forward
+functions with the weights as tensors that require grad; per batch the grads are set to None, out =
+fn(batch), (out * R).sum().backward() (R: the npz's d_roots, (B, H)), which fills every weight's .grad.
+torch-levels writes its level states in place into preallocated tensors; autograd records those writes
+(CopySlices) and index_select saves only its indices, so the same function trains.  Also writes the
+gradient of the npz's grad_weight of every batch, (batches, *shape), to GRADS.npy.  With the npz's
+`optimizer` (`make_optimizer`) each timed step (not the checked warm-up) ends in its step.
 """
 import argparse
 import gc
@@ -78,9 +77,7 @@ def probe():
         out["torch_error"] = "%s: %s" % (type(e).__name__, e)
         return out
     dgl, err = import_dgl()
-    out["dgl"] = dgl.__version__ if dgl is not None else None
-    if err:
-        out["dgl_error"] = err
+    out.update(dgl=dgl.__version__ if dgl is not None else None, **({"dgl_error": err} if err else {}))
     return out
 
 
@@ -277,10 +274,11 @@ def best_time(fn, arg, repeats):
     return best
 
 
-def make_optimizer(parameters, spec):
-    """The optimizer of the case's spec (None: none): Adagrad over `parameters` (name -> tensor),
-    the embedding tables (spec's tables) a group of their own at table_lr without decay (which a
-    sparse gradient needs).  `cortex_tvm.bench.worker` makes its own here too: both step alike."""
+def make_optimizer(parameters, spec, ours=None):
+    """The optimizer of the case's spec (None: none): Adagrad over `parameters` (name -> tensor), the
+    embedding tables (spec's tables) a group at table_lr without decay (which a sparse gradient needs);
+    `cortex_tvm.bench.worker` makes its own here too.  ours: the Adagrad class our worker steps with
+    where spec's ours is set (`cortex_tvm.optim.Adagrad`); else, and always here, torch's."""
     import torch
 
     if spec is None:
@@ -292,7 +290,7 @@ def make_optimizer(parameters, spec):
     groups = [{"params": rest, "lr": spec["lr"], "weight_decay": spec["weight_decay"]}]
     if tables:
         groups.append({"params": tables, "lr": spec["table_lr"]})
-    return torch.optim.Adagrad(groups)
+    return (ours if spec.get("ours") and ours is not None else torch.optim.Adagrad)(groups)
 
 
 def train_steps(step, parameters, batches, weight, repeats, optimizer):

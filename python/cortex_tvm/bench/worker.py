@@ -144,7 +144,8 @@ def _torch_steps(compiled, batches, direction, weight, repeats, spec):
         out = module(trees)
         (out * d_out).sum().backward()
         return out
-    return train_steps(step, parameters, batches, weight, repeats, make_optimizer(parameters, spec))
+    from ..optim import Adagrad
+    return train_steps(step, parameters, batches, weight, repeats, make_optimizer(parameters, spec, Adagrad))
 
 
 def run_sgemm(repeats, n=1024):

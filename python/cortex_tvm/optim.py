@@ -1,0 +1,199 @@
+"""`Adagrad`: torch.optim.Adagrad's step as two compiled loops, one parallel pass over each weight
+(torch is optional: this module imports it).
+
+A trained module's step ends in the optimizer (`as_torch`).  torch.optim.Adagrad runs each
+parameter's update as four or five tensor operations, each a pass over the weight with a
+temporary, and a sparse gradient (`as_torch(sparse=True)`) through `coalesce`, `sparse_mask` and
+three sparse tensors; for DGL's TreeLSTM recipe at h = 150 that took 2 ms of a 10 ms step at batch
+25, the embedding's 400-odd rows about half of it.  Here each weight is one parallel loop that
+reads the parameter, its gradient and its sum of squares once and writes both back
+(`cortex_adagrad_dense`), and a sparse gradient one pass over its rows (`cortex_adagrad_rows`),
+built by TVM for this CPU at the first step.
+
+The class is torch.optim.Adagrad with `step` replaced: the same arguments, parameter groups,
+state (`sum`, `step`) and `state_dict`, so a checkpoint moves between the two, and the same
+update, element by element::
+
+    g = grad + weight_decay * param            (dense gradients only, as torch)
+    sum += g * g
+    param += -lr / (1 + (step - 1) * lr_decay) * (g / (sqrt(sum) + eps))
+
+Before: ``opt = torch.optim.Adagrad(module.parameters(), lr=0.05)``; after:
+``opt = ct.optim.Adagrad(module.parameters(), lr=0.05)``; ``opt.step()`` alike.
+Parameters: float32 and contiguous on the CPU; a sparse gradient: the COO tensor of rows that
+`as_torch(sparse=True)` and `nn.Embedding(sparse=True)` make.  Anything else is a ValueError
+that names the parameter, never a read outside it.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+from tvm.script import tirx as T
+
+#: float32 elements a vector of the loops holds (AVX-512's 16; LLVM splits it on AVX2)
+_LANES = 16
+
+
+@T.prim_func
+def _dense(p_param: T.handle, p_grad: T.handle, p_sum: T.handle, clr: T.float32, weight_decay: T.float32,
+           eps: T.float32):
+    # (no local names for g and the sum: a let inside a vectorized loop came out as lane 0's value
+    # broadcast; the sum is read back after its store instead, which LLVM forwards)
+    T.func_attr({"global_symbol": "cortex_adagrad_dense", "tirx.noalias": True})
+    n = T.int64()
+    param = T.match_buffer(p_param, (n,), "float32", align=4)
+    grad = T.match_buffer(p_grad, (n,), "float32", align=4)
+    sums = T.match_buffer(p_sum, (n,), "float32", align=4)
+    for block in T.parallel(n // 16):
+        for lane in T.vectorized(16):
+            sums[block * 16 + lane] = sums[block * 16 + lane] + (
+                grad[block * 16 + lane] + weight_decay * param[block * 16 + lane]) * (
+                grad[block * 16 + lane] + weight_decay * param[block * 16 + lane])
+            param[block * 16 + lane] = param[block * 16 + lane] - clr * (
+                (grad[block * 16 + lane] + weight_decay * param[block * 16 + lane])
+                / (T.sqrt(sums[block * 16 + lane]) + eps))
+    for i in range(n // 16 * 16, n):
+        sums[i] = sums[i] + (grad[i] + weight_decay * param[i]) * (grad[i] + weight_decay * param[i])
+        param[i] = param[i] - clr * ((grad[i] + weight_decay * param[i]) / (T.sqrt(sums[i]) + eps))
+
+
+@T.prim_func
+def _rows(p_param: T.handle, p_sum: T.handle, p_rows: T.handle, p_values: T.handle, clr: T.float32,
+          eps: T.float32):
+    T.func_attr({"global_symbol": "cortex_adagrad_rows", "tirx.noalias": True})
+    V = T.int64()
+    D = T.int64()
+    m = T.int64()
+    param = T.match_buffer(p_param, (V, D), "float32", align=4)
+    sums = T.match_buffer(p_sum, (V, D), "float32", align=4)
+    rows = T.match_buffer(p_rows, (m,), "int64", align=4)
+    values = T.match_buffer(p_values, (m, D), "float32", align=4)
+    for i in T.parallel(m):         # the rows are distinct (coalesced) and inside [0, V): checked
+        for block in range(D // 16):
+            for lane in T.vectorized(16):
+                sums[rows[i], block * 16 + lane] = sums[rows[i], block * 16 + lane] + (
+                    values[i, block * 16 + lane] * values[i, block * 16 + lane])
+                param[rows[i], block * 16 + lane] = param[rows[i], block * 16 + lane] - clr * (
+                    values[i, block * 16 + lane] / (T.sqrt(sums[rows[i], block * 16 + lane]) + eps))
+        for j in range(D // 16 * 16, D):
+            sums[rows[i], j] = sums[rows[i], j] + values[i, j] * values[i, j]
+            param[rows[i], j] = param[rows[i], j] - clr * (values[i, j] / (T.sqrt(sums[rows[i], j]) + eps))
+
+
+_BUILT = {}
+_BUILD_LOCK = threading.Lock()
+
+
+def _kernels():
+    """(dense, rows): the two loops built for this CPU, once per process."""
+    with _BUILD_LOCK:
+        if not _BUILT:
+            import tvm
+            from . import tir_pipeline
+            from .target import make_target
+            executable = tvm.compile(tvm.IRModule({"cortex_adagrad_dense": _dense, "cortex_adagrad_rows": _rows}),
+                                     target=make_target("llvm"), tir_pipeline=tir_pipeline.NAME)
+            _BUILT.update(dense=executable["cortex_adagrad_dense"], rows=executable["cortex_adagrad_rows"])
+        return _BUILT["dense"], _BUILT["rows"]
+
+
+class Adagrad(torch.optim.Adagrad):
+    """torch.optim.Adagrad whose `step` runs compiled loops (module docstring): the same
+    arguments, but maximize, foreach, fused and differentiable, which it refuses.
+
+    Example (DGL's TreeLSTM recipe; with torch.optim.Adagrad in its place, the same numbers)::
+
+        module = model.compile(training=True).as_torch(sparse=True)
+        rest = [p for name, p in module.named_parameters() if name != "emb"]
+        optimizer = ct.optim.Adagrad([{"params": rest, "weight_decay": 1e-4},
+                                      {"params": [module.emb], "lr": 0.005}], lr=0.05)
+        loss.backward(); optimizer.step()
+    """
+
+    def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0, eps=1e-10,
+                 **options):
+        for name in ("maximize", "foreach", "fused", "differentiable"):
+            if options.get(name):
+                raise ValueError(f"cortex_tvm.optim.Adagrad: {name}=True is not supported (torch.optim.Adagrad has it)")
+        unknown = set(options) - {"maximize", "foreach", "fused", "differentiable"}
+        if unknown:
+            raise TypeError(f"cortex_tvm.optim.Adagrad: unexpected argument(s) {sorted(unknown)}")
+        super().__init__(params, lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                         initial_accumulator_value=initial_accumulator_value, eps=eps)
+        _kernels()                      # built now, not in the first step
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient; returns closure()'s loss if given.
+        Every parameter and gradient is checked before the first is updated."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        dense, rows = _kernels()
+        updates = []
+        for number, group in enumerate(self.param_groups):
+            for index, param in enumerate(group["params"]):
+                if param.grad is None:
+                    continue
+                where = f"cortex_tvm.optim.Adagrad: parameter {index} of group {number}"
+                state = self.state[param]
+                _check_dense(param, where)
+                _check_dense(state["sum"], where + "'s sum", param.shape)
+                if param.grad.is_sparse:
+                    if group["weight_decay"] != 0:
+                        raise ValueError(where + ": a sparse gradient takes no weight_decay (as torch.optim.Adagrad); "
+                                         "put the parameter in a group with weight_decay=0")
+                    found, values = _sparse_rows(param.grad, param, where)
+                    updates.append((group, param, rows if len(found) else None,     # (TVM takes no empty array)
+                                    (_flat_rows(param), _flat_rows(state["sum"]), found, values), (group["eps"],)))
+                else:
+                    _check_dense(param.grad, where + "'s gradient", param.shape)
+                    flat = [t.detach().view(-1) for t in (param, param.grad, state["sum"])]
+                    updates.append((group, param, dense, flat, (group["weight_decay"], group["eps"])))
+        for group, param, kernel, arrays, options in updates:
+            state = self.state[param]
+            state["step"] += 1
+            clr = group["lr"] / (1 + (float(state["step"]) - 1) * group["lr_decay"])
+            if kernel is not None and arrays[0].numel():       # (the step counts, as torch's)
+                kernel(*arrays, clr, *options)
+                # the kernel wrote the memory behind torch's back: count the change as an in-place
+                # op does, or a module that hands changed parameters to its kernel (`as_torch`)
+                # would keep the last ones, and autograd would miss a step between forward and backward
+                for changed in (param, state["sum"]):
+                    torch.autograd.graph.increment_version(changed)
+        return loss
+
+
+def _check_dense(tensor, where, shape=None):
+    """ValueError unless `tensor` is a dense, contiguous float32 CPU tensor (of `shape`)."""
+    if tensor.is_sparse or tensor.device.type != "cpu" or tensor.dtype != torch.float32:
+        raise ValueError(f"{where}: a float32 CPU tensor is needed, got {tensor.dtype} on {tensor.device}"
+                         f"{' (sparse)' if tensor.is_sparse else ''}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{where}: a contiguous tensor is needed (call .contiguous() on it)")
+    if shape is not None and tensor.shape != shape:
+        raise ValueError(f"{where}: shape {tuple(tensor.shape)}, the parameter's is {tuple(shape)}")
+
+
+def _flat_rows(tensor):
+    """`tensor`'s memory as (rows, elements per row)."""
+    return tensor.detach().view(tensor.shape[0], -1)
+
+
+def _sparse_rows(grad, param, where):
+    """(rows, values) of a sparse gradient of whole rows of `param`, coalesced: int64 (m,) and
+    float32 (m, *row shape) numpy arrays; ValueError unless its rows are rows of `param`."""
+    if grad.shape != param.shape or grad.sparse_dim() != 1 or grad.dtype != torch.float32:
+        raise ValueError(f"{where}: a sparse gradient of whole rows is needed (sparse_dim 1, float32, the "
+                         f"parameter's shape {tuple(param.shape)}), got sparse_dim {grad.sparse_dim()}, "
+                         f"{grad.dtype}, {tuple(grad.shape)}")
+    grad = grad.coalesce()              # (as torch.optim.Adagrad: a repeated row's values summed)
+    found = grad._indices()[0].numpy()
+    values = grad._values().reshape(len(found), param[0].numel() if len(param) else 0).contiguous()
+    if len(found) and (found[0] < 0 or found[-1] >= param.shape[0] or np.any(found[1:] <= found[:-1])):
+        raise ValueError(f"{where}: the sparse gradient's rows must be distinct, sorted and inside "
+                         f"[0, {param.shape[0]}) (a coalesced tensor's); got {found.min()}..{found.max()}")
+    return torch.from_numpy(np.ascontiguousarray(found, np.int64)), values

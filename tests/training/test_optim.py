@@ -1,0 +1,159 @@
+"""`cortex_tvm.optim.Adagrad` against torch.optim.Adagrad, the reference: the same parameters after
+every step (dense gradients with weight decay and lr decay, sizes that are no multiple of a
+vector, sparse rows, a repeated row in an uncoalesced gradient), the same state_dict both ways,
+a TreeLSTM trained through `as_torch(sparse=True)` with DGL's groups, and a clear error before
+any update on what it does not take."""
+import copy
+
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+
+torch = pytest.importorskip("torch")
+from cortex_tvm.optim import Adagrad  # noqa: E402 - needs torch
+
+
+def _twins(shapes, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    first = [torch.nn.Parameter(torch.randn(shape, generator=generator)) for shape in shapes]
+    return first, [torch.nn.Parameter(p.detach().clone()) for p in first]
+
+
+def _close(ours, reference, rtol=2e-6):
+    for a, b in zip(ours, reference):
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=rtol, atol=rtol / 10)
+
+
+@pytest.mark.parametrize("options", [dict(lr=0.05, weight_decay=1e-4),
+                                     dict(lr=0.3, lr_decay=0.1, initial_accumulator_value=0.2, eps=1e-3)])
+def test_dense_steps_equal_torch(options):
+    shapes = [(450, 300), (37,), (3, 5, 7), (16,)]      # whole vectors, a short rest, none but a rest
+    ours, reference = _twins(shapes)
+    optimizer, torch_optimizer = Adagrad(ours, **options), torch.optim.Adagrad(reference, **options)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(4):
+        for a, b in zip(ours, reference):
+            a.grad = torch.randn(a.shape, generator=generator)
+            b.grad = a.grad.clone()
+        ours[1].grad = None if step == 2 else ours[1].grad     # a parameter without a gradient: skipped
+        reference[1].grad = None if step == 2 else reference[1].grad
+        optimizer.step()
+        torch_optimizer.step()
+        _close(ours, reference)
+    assert float(optimizer.state[ours[1]]["step"]) == 3 and float(optimizer.state[ours[0]]["step"]) == 4
+    assert not torch.equal(ours[0], _twins(shapes)[0][0])       # it moved
+
+
+def test_sparse_rows_equal_torch():
+    (ours,), (reference,) = _twins([(50, 19)])
+    optimizer, torch_optimizer = Adagrad([ours], lr=0.1), torch.optim.Adagrad([reference], lr=0.1)
+    generator = torch.Generator().manual_seed(2)
+    for rows in ([3, 7, 49], [0, 3, 3, 12], []):           # a repeated row (uncoalesced): summed, as torch
+        values = torch.randn((len(rows), 19), generator=generator)
+        for p in (ours, reference):
+            p.grad = torch.sparse_coo_tensor(torch.tensor([rows], dtype=torch.int64).reshape(1, -1), values, (50, 19))
+        optimizer.step()
+        torch_optimizer.step()
+        _close([ours], [reference])
+    untouched = [r for r in range(50) if r not in (0, 3, 7, 12, 49)]
+    start = _twins([(50, 19)])[0][0].detach()
+    np.testing.assert_array_equal(ours.detach()[untouched].numpy(), start[untouched].numpy())
+
+
+def test_a_state_dict_moves_between_the_two():
+    ours, reference = _twins([(20, 3)])
+    optimizer = Adagrad(ours, lr=0.1)
+    ours[0].grad = torch.ones(20, 3)
+    optimizer.step()
+    torch_optimizer = torch.optim.Adagrad(reference, lr=0.1)
+    torch_optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))    # (else the sums are shared)
+    with torch.no_grad():
+        reference[0].copy_(ours[0])
+    for p in (ours[0], reference[0]):
+        p.grad = torch.full((20, 3), 0.5)
+    optimizer.step()
+    torch_optimizer.step()
+    _close(ours, reference)
+    again = Adagrad(_twins([(20, 3)])[0], lr=0.1)
+    again.load_state_dict(copy.deepcopy(torch_optimizer.state_dict()))
+    assert float(next(iter(again.state.values()))["step"]) == 2
+
+
+def test_training_a_treelstm_with_sparse_rows_equals_torchs_adagrad(sst):
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(8, len(vocab), embed_size=12, seed=3)
+    compiled = model.compile(training=True)
+    runs = []
+    for optimizer_class in (Adagrad, torch.optim.Adagrad):
+        compiled.load_weights(model.weights)
+        module = compiled.as_torch(sparse=True)
+        parameters = dict(module.named_parameters())
+        optimizer = optimizer_class([{"params": [p for k, p in parameters.items() if k != "emb"], "lr": 0.05,
+                                      "weight_decay": 1e-4}, {"params": [parameters["emb"]], "lr": 0.005}])
+        losses = []
+        for k in range(6):
+            optimizer.zero_grad()
+            loss = (module(trees[k * 5:(k + 1) * 5]) ** 2).sum()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        runs.append((losses, {k: p.detach().clone() for k, p in parameters.items()}))
+    (ours, ours_weights), (reference, reference_weights) = runs
+    np.testing.assert_allclose(ours, reference, rtol=1e-5)
+    _close(ours_weights.values(), reference_weights.values(), rtol=2e-5)    # (6 steps of rounding through the model)
+    assert not torch.equal(ours_weights["emb"], torch.from_numpy(model.weights["emb"]))
+
+
+def test_a_step_reaches_the_kernel_and_autograd_sees_it(sst):
+    """The kernel writes the parameters' memory behind torch's back: the step counts as an in-place
+    change (each parameter's and sum's `_version`), so the module's kernel path (under no_grad)
+    takes the new weights, and a step between a forward and its backward is torch's error."""
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(8, len(vocab), embed_size=12, seed=4)
+    compiled = model.compile(training=True)
+    module = compiled.as_torch()
+    optimizer = Adagrad(module.parameters(), lr=0.1)
+    with torch.no_grad():
+        module(trees[:3])                                 # the kernel's weights made from the start ones
+    (module(trees[:3]) ** 2).sum().backward()
+    versions = [p._version for p in module.parameters()]
+    optimizer.step()
+    assert all(p._version > v for p, v in zip(module.parameters(), versions))
+    assert all(s["sum"]._version > 0 for s in optimizer.state.values())
+    with torch.no_grad():
+        after = module(trees[:3]).numpy()
+    moved = {name: p.detach().numpy() for name, p in module.named_parameters()}
+    np.testing.assert_allclose(after, ct.models.TreeLSTM(8, len(vocab), embed_size=12).load_weights(moved)
+                               .compile()(trees[:3]), rtol=1e-5, atol=1e-6)
+    loss = (module(trees[:3]) ** 2).sum()
+    optimizer.step()                                      # between the forward and its backward
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_bad_input_is_refused_before_any_update():
+    with pytest.raises(ValueError, match="maximize=True is not supported"):
+        Adagrad([torch.nn.Parameter(torch.ones(3))], maximize=True)
+    first, last = torch.nn.Parameter(torch.ones(4)), torch.nn.Parameter(torch.ones(4, dtype=torch.float64))
+    first.grad, last.grad = torch.ones(4), torch.ones(4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="parameter 1 of group 0: a float32 CPU tensor is needed, got torch.float64"):
+        Adagrad([first, last]).step()
+    assert torch.equal(first.detach(), torch.ones(4))                        # nothing updated
+    table = torch.nn.Parameter(torch.zeros(10, 2))
+    table.grad = torch.sparse_coo_tensor(torch.tensor([[1, 3]]), torch.ones(2, 2), (10, 2))
+    with pytest.raises(ValueError, match="sparse gradient takes no weight_decay"):
+        Adagrad([table], weight_decay=0.1).step()
+    table.grad = torch.sparse_coo_tensor(torch.tensor([[1, 10]]), torch.ones(2, 2), (10, 2),
+                                         check_invariants=False, is_coalesced=True)
+    with pytest.raises(ValueError, match=r"inside \[0, 10\)"):
+        Adagrad([table]).step()
+    assert not table.detach().any()
+    wide = torch.nn.Parameter(torch.zeros(4, 6)[:, ::2])
+    wide.grad = torch.zeros(4, 3)
+    with pytest.raises(ValueError, match="a contiguous tensor is needed"):
+        Adagrad([wide]).step()
+    flat = torch.nn.Parameter(torch.zeros(6))
+    flat.grad = torch.zeros(6, 2)[:, 0]
+    with pytest.raises(ValueError, match="parameter 0 of group 0's gradient: a contiguous tensor is needed"):
+        Adagrad([flat]).step()
