@@ -9,7 +9,7 @@ for the cores), the backward generated from the RA program, and the
 embedding's gradient holds the batch's words' rows only (a sparse tensor, as
 `nn.Embedding(sparse=True)` makes), so Adagrad updates those rows and not the whole table.
 The optimizer is `ct.optim.Adagrad`, torch.optim.Adagrad's update as one compiled pass per weight
-(`--torch-optimizer`: torch's own, the same numbers a few times slower).
+(`--torch-optimizer`: torch's own, the same numbers; its step takes a few times as long).
 
     python examples/train_sst.py                       # the bundled SST dev trees, split 80/20
     python examples/train_sst.py --trees train.txt --test dev.txt --epochs 5

@@ -8,7 +8,8 @@ three sparse tensors; for DGL's TreeLSTM recipe at h = 150 that took 2 ms of a 1
 25, the embedding's 400-odd rows about half of it.  Here each weight is one parallel loop that
 reads the parameter, its gradient and its sum of squares once and writes both back
 (`cortex_adagrad_dense`), and a sparse gradient one pass over its rows (`cortex_adagrad_rows`),
-built by TVM for this CPU at the first step.
+built by TVM for this CPU when the first optimizer is made.  Their vectors are 16 float32 lanes,
+AVX-512's; LLVM splits them in two for AVX2 (the same results: a test builds both).
 
 The class is torch.optim.Adagrad with `step` replaced: the same arguments, parameter groups,
 state (`sum`, `step`) and `state_dict`, so a checkpoint moves between the two, and the same
@@ -31,9 +32,6 @@ import threading
 import numpy as np
 import torch
 from tvm.script import tirx as T
-
-#: float32 elements a vector of the loops holds (AVX-512's 16; LLVM splits it on AVX2)
-_LANES = 16
 
 
 @T.prim_func
@@ -86,17 +84,23 @@ _BUILT = {}
 _BUILD_LOCK = threading.Lock()
 
 
+def build_loops(target="llvm") -> tuple:
+    """(dense, rows): the two loops (`cortex_adagrad_dense`, `cortex_adagrad_rows`) built for
+    `target` (`cortex_tvm.make_target`'s argument; "llvm": this CPU)."""
+    import tvm
+    from . import tir_pipeline
+    from .target import make_target
+    executable = tvm.compile(tvm.IRModule({"cortex_adagrad_dense": _dense, "cortex_adagrad_rows": _rows}),
+                             target=make_target(target), tir_pipeline=tir_pipeline.NAME)
+    return executable["cortex_adagrad_dense"], executable["cortex_adagrad_rows"]
+
+
 def _kernels():
-    """(dense, rows): the two loops built for this CPU, once per process."""
+    """`build_loops()` for this CPU, once per process."""
     with _BUILD_LOCK:
         if not _BUILT:
-            import tvm
-            from . import tir_pipeline
-            from .target import make_target
-            executable = tvm.compile(tvm.IRModule({"cortex_adagrad_dense": _dense, "cortex_adagrad_rows": _rows}),
-                                     target=make_target("llvm"), tir_pipeline=tir_pipeline.NAME)
-            _BUILT.update(dense=executable["cortex_adagrad_dense"], rows=executable["cortex_adagrad_rows"])
-        return _BUILT["dense"], _BUILT["rows"]
+            _BUILT["loops"] = build_loops()
+        return _BUILT["loops"]
 
 
 class Adagrad(torch.optim.Adagrad):
@@ -185,7 +189,7 @@ def _flat_rows(tensor):
 
 def _sparse_rows(grad, param, where):
     """(rows, values) of a sparse gradient of whole rows of `param`, coalesced: int64 (m,) and
-    float32 (m, *row shape) numpy arrays; ValueError unless its rows are rows of `param`."""
+    float32 (m, elements per row) tensors; ValueError unless its rows are rows of `param`."""
     if grad.shape != param.shape or grad.sparse_dim() != 1 or grad.dtype != torch.float32:
         raise ValueError(f"{where}: a sparse gradient of whole rows is needed (sparse_dim 1, float32, the "
                          f"parameter's shape {tuple(param.shape)}), got sparse_dim {grad.sparse_dim()}, "

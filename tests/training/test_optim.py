@@ -61,6 +61,35 @@ def test_sparse_rows_equal_torch():
     np.testing.assert_array_equal(ours.detach()[untouched].numpy(), start[untouched].numpy())
 
 
+@pytest.mark.parametrize("mcpu", [None, "haswell"])
+def test_the_loops_equal_numpy_as_avx512_and_avx2_code(mcpu):
+    """The loops alone against numpy's float32 formula, built for this CPU and as AVX2 code (16-lane
+    vectors split in two; run where the CPU has AVX2), whole vectors and a rest."""
+    from cortex_tvm.optim import build_loops
+    from cortex_tvm.target import host_isa
+    if mcpu and "avx2" not in host_isa():
+        pytest.skip("this CPU cannot run AVX2 code")
+    dense, rows = build_loops({"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm")
+    rng = np.random.default_rng(3)
+    for n in (37, 4096):
+        param, grad = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+        sums = rng.random(n).astype(np.float32)
+        g = grad + np.float32(1e-3) * param
+        want_sums = sums + g * g
+        want = param - np.float32(0.05) * (g / (np.sqrt(want_sums) + np.float32(1e-10)))
+        dense(param, grad, sums, 0.05, 1e-3, 1e-10)
+        np.testing.assert_allclose(sums, want_sums, rtol=1e-6)
+        np.testing.assert_allclose(param, want, rtol=1e-6, atol=1e-7)
+    table, table_sums = rng.standard_normal((50, 19)).astype(np.float32), rng.random((50, 19)).astype(np.float32)
+    found, values = np.array([3, 7, 49], np.int64), rng.standard_normal((3, 19)).astype(np.float32)
+    want_sums, want = table_sums.copy(), table.copy()
+    want_sums[found] += values * values
+    want[found] -= np.float32(0.1) * (values / (np.sqrt(want_sums[found]) + np.float32(1e-10)))
+    rows(table, table_sums, found, values, 0.1, 1e-10)
+    np.testing.assert_allclose(table_sums, want_sums, rtol=1e-6)
+    np.testing.assert_allclose(table, want, rtol=1e-6, atol=1e-7)
+
+
 def test_a_state_dict_moves_between_the_two():
     ours, reference = _twins([(20, 3)])
     optimizer = Adagrad(ours, lr=0.1)
