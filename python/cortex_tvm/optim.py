@@ -4,12 +4,12 @@
 A trained module's step ends in the optimizer (`as_torch`).  torch.optim.Adagrad runs each
 parameter's update as four or five tensor operations, each a pass over the weight with a
 temporary, and a sparse gradient (`as_torch(sparse=True)`) through `coalesce`, `sparse_mask` and
-three sparse tensors; for DGL's TreeLSTM recipe at h = 150 that took 2 ms of a 10 ms step at batch
-25, the embedding's 400-odd rows about half of it.  Here each weight is one parallel loop that
+three sparse tensors; for DGL's TreeLSTM recipe at h = 150 that took 2.3 ms of an 11 ms step at
+batch 25 (docs/bench-2026-12-06/intel-optim/step_parts.txt).  Here each weight is one parallel loop that
 reads the parameter, its gradient and its sum of squares once and writes both back
 (`cortex_adagrad_dense`), and a sparse gradient one pass over its rows (`cortex_adagrad_rows`),
 built by TVM for this CPU when the first optimizer is made.  Their vectors are 16 float32 lanes,
-AVX-512's; LLVM splits them in two for AVX2 (the same results: a test builds both).
+AVX-512's; LLVM splits them in two for AVX2 (a test checks both builds against numpy).
 
 The class is torch.optim.Adagrad with `step` replaced: the same arguments, parameter groups,
 state (`sum`, `step`) and `state_dict`, so a checkpoint moves between the two, and the same
@@ -105,7 +105,7 @@ def _kernels():
 
 class Adagrad(torch.optim.Adagrad):
     """torch.optim.Adagrad whose `step` runs compiled loops (module docstring): the same
-    arguments, but maximize, foreach, fused and differentiable, which it refuses.
+    arguments (foreach, maximize, fused and differentiable by keyword only, and refused when true).
 
     Example (DGL's TreeLSTM recipe; with torch.optim.Adagrad in its place, the same numbers)::
 

@@ -1,8 +1,9 @@
 """`cortex_tvm.optim.Adagrad` against torch.optim.Adagrad, the reference: the same parameters after
 every step (dense gradients with weight decay and lr decay, sizes that are no multiple of a
 vector, sparse rows, a repeated row in an uncoalesced gradient), the same state_dict both ways,
-a TreeLSTM trained through `as_torch(sparse=True)` with DGL's groups, and a clear error before
-any update on what it does not take."""
+a TreeLSTM trained through `as_torch(sparse=True)` with DGL's groups, a step reaching the module's
+kernel path (the parameters' versions counted), the loops alone against numpy (this CPU's build and
+AVX2 code), and a clear error before any update on what it does not take."""
 import copy
 
 import numpy as np
