@@ -56,3 +56,19 @@ def test_an_array_the_caller_cleaned_is_reused_without_a_memset():
     assert trusted[4].tolist() == [3, 3] and not np.delete(trusted, 4, axis=0).any()
     del trusted
     assert not pool.zeros("emb", (6, 2)).any()                    # the mark held for one call
+
+
+def test_empty_reuses_a_result_let_go_without_zeroing_it():
+    """`empty`: for a caller that writes every element (a compiled sum into a gradient): the memory
+    of a result let go, as it was; a result still held is never handed out again."""
+    pool = Recycled()
+    first = pool.empty("U", (3, 4))
+    first[...] = 7
+    address = first.ctypes.data
+    del first
+    again = pool.empty("U", (3, 4))
+    assert again.ctypes.data == address and (again == 7).all()
+    fresh = pool.empty("U", (3, 4))
+    assert fresh.ctypes.data != again.ctypes.data and (again == 7).all()
+    del again, fresh
+    assert not pool.zeros("U", (3, 4)).any()                    # zeros after empty: zeroed

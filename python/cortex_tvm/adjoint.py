@@ -219,7 +219,7 @@ class Adjoint:
         skip = {}
         if self.level_pass is not None:                       # first pass: the levels, top down
             reads = self.level_pass(lin, states, weights, d_states, whole, part="backward" if kept else "all",
-                                    gradient=grads.of,
+                                    gradient=grads.of, overwritten=grads.overwritten,
                                     d_features=None if self.features is None else grads[self.features.name])
             for weight, index, sums, layout_key in reads:
                 scatter_invariant(grads.of(weight), index, sums, self._layouts.setdefault(layout_key, [None]))
@@ -248,6 +248,14 @@ class _Gradients(dict):
         grad = self.get(weight.name)
         if grad is None:
             grad = self[weight.name] = self.pool.zeros(weight.name, weight.shape)
+        return grad
+
+    def overwritten(self, weight: ra.Weight):
+        """The gradient array of `weight`, not zeroed, for a compiled sum that writes all of it
+        (`LevelPass`'s sums in place); None where the weight already has one, which holds a sum."""
+        if weight.name in self:
+            return None
+        grad = self[weight.name] = self.pool.empty(weight.name, weight.shape)
         return grad
 
 

@@ -4,6 +4,7 @@ numpy level pass would be (`adjoint.Adjoint`).  The functions themselves: `adjoi
 """
 from __future__ import annotations
 
+import collections
 import threading
 
 import numpy as np
@@ -63,6 +64,8 @@ class LevelPass:
         #: stage -> the row shape of each block's arrays (block key -> shape)
         self._row_shapes = {stage: {p[2]: p[3] for p in self.params if p[0] == "adj" and p[1] == stage}
                             for stage in ("leaf", "internal")}
+        #: positions of the weight sums that are their weight's gradient as they stand (`_in_place`)
+        self.in_place = _in_place(self.params)
         #: (part, "parallel" or "serial"): the function the last call ran
         self.last_run = None
         self._arrays = threading.local()
@@ -103,7 +106,7 @@ class LevelPass:
         return self._functions[(part, parallel)]
 
     def __call__(self, lin, states, weights, d_states, whole, part: str = "all", gradient=None,
-                 d_features=None) -> list:
+                 d_features=None, overwritten=None) -> list:
         """part "all": recompute every block's value into `whole[stage].values` and run the
         levels, writing `whole[stage].adjoints` (each level zeroes its own rows, then adds into
         them) and adding into `d_states` (the children's rows: zeros from the caller) and into
@@ -112,8 +115,9 @@ class LevelPass:
         adjoint, (num_slots, F) zeros from the caller, for a program that reads them);
         "backward": the same on the values a "forward" call left in `whole`; "forward": every
         block's value, level by level from the leaves, and each node's rows of `states` (zeros),
-        d_states and gradient unused.
-        Returns the weight reads summed here, [(weight, index arrays, the sums over the read's
+        d_states and gradient unused.  overwritten(weight): the weight's gradient array, not zeroed,
+        or None; a sum that is its weight's whole gradient (`in_place`) is written there.
+        Returns the other weight reads summed here, [(weight, index arrays, the sums over the read's
         axes, a key for `adjoint_numpy.scatter_invariant`'s layout memo)] (empty for "forward")."""
         args, reads, unread = [], [], set()
         if d_states is None:                                  # the forward reads no adjoint
@@ -146,6 +150,11 @@ class LevelPass:
                     np.copyto(args[-1], weight.T)
             elif role == "weight_read":
                 _, stage, key, ordinal, shape, weight, index = param
+                grad = (overwritten(weight) if part != "forward" and self.device is None and overwritten
+                        and position in self.in_place else None)
+                if grad is not None:            # the sum is the gradient: no zeroing, no add after
+                    args.append(grad.reshape(shape))
+                    continue
                 sums = self._held(position, shape)
                 args.append(sums)
                 if part != "forward":
@@ -235,6 +244,29 @@ class LevelPass:
     def row_shapes(self, stage: str) -> dict:
         """The row shape of each block's arrays of `stage` (block key -> shape)."""
         return self._row_shapes[stage]
+
+
+def _in_place(params) -> frozenset:
+    """Positions of the "weight_read" parameters whose sums are their weight's gradient element for
+    element, in order (TreeLSTM's dU, `(5H, 2, H)` over U's `(5H, 2H)`), and whose weight no other
+    parameter sums into: the function can write its sums into the gradient itself, where the
+    caller would zero a gradient and add them (`adjoint_numpy.scatter_invariant`'s "all").  The
+    sums start from the first block of nodes (`adjoint_weights`), so every element is written."""
+    writers = collections.Counter(p[5].name if p[0] == "weight_read" else p[3].name if p[0] == "gathered"
+                                  else p[1].name for p in params
+                                  if p[0] in ("weight_read", "gathered", "gathered_sum"))
+    found = set()
+    for position, param in enumerate(params):
+        if param[0] != "weight_read" or writers[param[5].name] != 1:
+            continue
+        shape, weight, index = param[4], param[5], param[6]
+        size = int(np.prod(weight.shape))
+        if int(np.prod(shape)) != size or np.broadcast_shapes(*(i.shape for i in index)) != tuple(shape):
+            continue
+        flat = np.ravel_multi_index(tuple(np.broadcast_to(i, shape) for i in index), weight.shape)
+        if np.array_equal(flat.reshape(-1), np.arange(size)):
+            found.add(position)
+    return frozenset(found)
 
 
 def _transient_rows(lin, stage: str, part: str) -> int:

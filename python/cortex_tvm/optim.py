@@ -8,7 +8,7 @@ three sparse tensors; for DGL's TreeLSTM recipe at h = 150 that took 2.3 ms of a
 batch 25 (docs/bench-2026-12-06/intel-optim/step_parts.txt).  Here each weight is one parallel loop that
 reads the parameter, its gradient and its sum of squares once and writes both back
 (`cortex_adagrad_dense`), and a sparse gradient one pass over its rows (`cortex_adagrad_rows`),
-built by TVM for this CPU when the first optimizer is made.  Their vectors are 16 float32 lanes,
+built by TVM for this CPU (or `target=`'s) when the first optimizer is made.  Their vectors are 16 float32 lanes,
 AVX-512's; LLVM splits them in two for AVX2 (a test checks both builds against numpy).
 
 The class is torch.optim.Adagrad with `step` replaced: the same arguments, parameter groups,
@@ -95,17 +95,20 @@ def build_loops(target="llvm") -> tuple:
     return executable["cortex_adagrad_dense"], executable["cortex_adagrad_rows"]
 
 
-def _kernels():
-    """`build_loops()` for this CPU, once per process."""
+def _kernels(target=None):
+    """`build_loops(target)` (a target's string; None: this CPU), once per process and target."""
     with _BUILD_LOCK:
-        if not _BUILT:
-            _BUILT["loops"] = build_loops()
-        return _BUILT["loops"]
+        if target not in _BUILT:
+            import tvm
+            _BUILT[target] = build_loops("llvm" if target is None else tvm.target.Target(target))
+        return _BUILT[target]
 
 
 class Adagrad(torch.optim.Adagrad):
     """torch.optim.Adagrad whose `step` runs compiled loops (module docstring): the same
-    arguments (foreach, maximize, fused and differentiable by keyword only, and refused when true).
+    arguments (foreach, maximize, fused and differentiable by keyword only, and refused when true),
+    and target=: the CPU its loops are built for (`cortex_tvm.make_target`'s argument; None: this
+    one), e.g. the compiled model's ``compiled.target`` where that is another CPU's code (AVX2's).
 
     Example (DGL's TreeLSTM recipe; with torch.optim.Adagrad in its place, the same numbers)::
 
@@ -117,7 +120,7 @@ class Adagrad(torch.optim.Adagrad):
     """
 
     def __init__(self, params, lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0, eps=1e-10,
-                 **options):
+                 *, target=None, **options):
         for name in ("maximize", "foreach", "fused", "differentiable"):
             if options.get(name):
                 raise ValueError(f"cortex_tvm.optim.Adagrad: {name}=True is not supported (torch.optim.Adagrad has it)")
@@ -126,7 +129,8 @@ class Adagrad(torch.optim.Adagrad):
             raise TypeError(f"cortex_tvm.optim.Adagrad: unexpected argument(s) {sorted(unknown)}")
         super().__init__(params, lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                          initial_accumulator_value=initial_accumulator_value, eps=eps)
-        _kernels()                      # built now, not in the first step
+        self._target = None if target is None else _cpu_target(target)
+        _kernels(self._target)          # built now, not in the first step
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -136,7 +140,7 @@ class Adagrad(torch.optim.Adagrad):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        dense, rows = _kernels()
+        dense, rows = _kernels(self._target)
         updates = []
         for number, group in enumerate(self.param_groups):
             for index, param in enumerate(group["params"]):
@@ -171,6 +175,21 @@ class Adagrad(torch.optim.Adagrad):
         return loss
 
 
+def _cpu_target(target) -> str:
+    """`target` as the string `_kernels` keys on; ValueError unless it is CPU code this CPU runs
+    (AVX-512 loops on an AVX2 machine would stop the process at the first step)."""
+    from .integrity import cannot_run_here
+    from .target import make_target
+    made = make_target(target)
+    if made.kind.name != "llvm":
+        raise ValueError(f"cortex_tvm.optim.Adagrad: target {made.kind.name!r}: its loops are CPU code "
+                         "(an LLVM target); the parameters are CPU tensors")
+    reason = cannot_run_here(made)
+    if reason is not None:
+        raise ValueError(f"cortex_tvm.optim.Adagrad: target {str(made)!r}: {reason}")
+    return str(made)
+
+
 def _check_dense(tensor, where, shape=None):
     """ValueError unless `tensor` is a dense, contiguous float32 CPU tensor (of `shape`)."""
     if tensor.is_sparse or tensor.device.type != "cpu" or tensor.dtype != torch.float32:
@@ -194,8 +213,13 @@ def _sparse_rows(grad, param, where):
         raise ValueError(f"{where}: a sparse gradient of whole rows is needed (sparse_dim 1, float32, the "
                          f"parameter's shape {tuple(param.shape)}), got sparse_dim {grad.sparse_dim()}, "
                          f"{grad.dtype}, {tuple(grad.shape)}")
-    grad = grad.coalesce()              # (as torch.optim.Adagrad: a repeated row's values summed)
     found = grad._indices()[0].numpy()
+    if not grad.is_coalesced() and np.any(found[1:] <= found[:-1]):
+        # (as torch.optim.Adagrad: a repeated row's values summed).  Rows already distinct and sorted
+        # need none: autograd drops the flag of the gradient `as_torch` made coalesced, and
+        # coalesce() then sorts them again (about 0.1 ms of a step at batch 25)
+        grad = grad.coalesce()
+        found = grad._indices()[0].numpy()
     values = grad._values().reshape(len(found), param[0].numel() if len(param) else 0).contiguous()
     if len(found) and (found[0] < 0 or found[-1] >= param.shape[0] or np.any(found[1:] <= found[:-1])):
         raise ValueError(f"{where}: the sparse gradient's rows must be distinct, sorted and inside "

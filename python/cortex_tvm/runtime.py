@@ -7,8 +7,7 @@ import time
 import numpy as np
 import tvm
 
-from . import export as _export
-from . import linearize as _linearize
+from . import export as _export, linearize as _linearize
 from . import torch_interop
 from .integrity import cannot_run_here  # noqa: F401 (compiler and tests import it here)
 # ALIGN, aligned and model_weight_arrays: re-exported, tests read them here
@@ -164,6 +163,7 @@ class CompiledModel:
             if self._pending is not None:
                 start, user, reads = time.perf_counter(), self._pending, self._kernel_reads()
                 check_rows(user, dict.fromkeys(reads), "run", self._rows_unchecked & set(reads))
+                self._rows_unchecked -= set(reads)      # checked whole: a vjp need not check its rows
                 self._model_weights = {name: pad_blocks(user[name], self.weight_padding.get(name, ()))
                                        for name in reads}
                 if self.target.kind.name != "cuda" and not self._foreign:

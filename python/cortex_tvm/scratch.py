@@ -62,6 +62,14 @@ class Recycled:
         self._local = threading.local()
 
     def zeros(self, key, shape, dtype=np.float32) -> np.ndarray:
+        return self._take(key, shape, dtype, True)
+
+    def empty(self, key, shape, dtype=np.float32) -> np.ndarray:
+        """`zeros` without the zeroing, for a caller that writes every element before it reads
+        one (a compiled sum that starts from its first block of nodes)."""
+        return self._take(key, shape, dtype, False)
+
+    def _take(self, key, shape, dtype, zeroed: bool) -> np.ndarray:
         pool = self._local.__dict__.setdefault("arrays", {})
         clean = self._local.__dict__.setdefault("clean", set())
         was_clean = key in clean
@@ -69,10 +77,10 @@ class Recycled:
         array = pool.get(key)
         if (array is not None and array.shape == tuple(shape) and array.dtype == dtype
                 and sys.getrefcount(array) <= _ONLY_THE_POOL):
-            if not was_clean:
+            if zeroed and not was_clean:
                 zero(array)
             return array
-        array = pool[key] = np.zeros(shape, dtype)
+        array = pool[key] = (np.zeros if zeroed else np.empty)(shape, dtype)
         return array
 
     def zeroed(self, key) -> None:

@@ -217,6 +217,34 @@ def _check_gradients_pooled(sst):
         np.testing.assert_array_equal(again[name], numbers[name], err_msg=name)
 
 
+def test_a_weight_sum_is_written_into_its_gradient(sst):
+    """A weight read alike by every node of one stage, summed by the pass over all of them, that no
+    other read sums into (TreeLSTM's four) is its gradient as it stands (`LevelPass.in_place`):
+    the pass writes the gradient array itself, which the pool hands out unzeroed (`Recycled.empty`);
+    a weight two stages read (ChildSum's biases) is summed apart and added.  With the pool's arrays
+    poisoned (NaN) between two calls on one batch, every gradient comes back as the first time:
+    each in-place sum writes every element, and the others are zeroed first."""
+    trees, vocab = sst
+    for name, in_place, added in (("treelstm", {"W", "bW", "U", "bU"}, set()),
+                                  ("childsum", {"U_iou", "W_iou", "U_f", "W_f", "bU_f", "b_f"}, {"b_iou", "bU_iou"})):
+        model = ct.models.BY_NAME[name](hidden_size=H, vocab_size=len(vocab))
+        compiled = model.compile(training=True)
+        level_pass = compiled.adjoint.level_pass
+        reads = [(position, p[5].name) for position, p in enumerate(level_pass.params) if p[0] == "weight_read"]
+        assert {w for position, w in reads if position in level_pass.in_place} == in_place, name
+        assert {w for position, w in reads if position not in level_pass.in_place} == added, name
+        d_roots = np.random.default_rng(3).standard_normal((4, H)).astype(np.float32)
+        first = {k: g.copy() for k, g in compiled.vjp(trees[:4])[1](d_roots).items()}
+        pool = compiled.adjoint._gradients._local.arrays
+        assert set(in_place) <= set(pool)
+        for pooled in pool.values():
+            pooled.fill(np.nan)
+        again = compiled.vjp(trees[:4])[1](d_roots)
+        assert all(np.isfinite(g).all() for g in first.values()) and np.abs(first["U_iou" if added else "U"]).max() > 0
+        for weight in first:
+            np.testing.assert_array_equal(again[weight], first[weight], err_msg=f"{name} {weight}")
+
+
 def test_the_forward_keeps_each_state_once(sst):
     """The values of TreeLSTM's c and h blocks are the rows of the state arrays the forward
     returns, not arrays of their own beside them: between the forward and the pullback a node

@@ -3,7 +3,8 @@ every step (dense gradients with weight decay and lr decay, sizes that are no mu
 vector, sparse rows, a repeated row in an uncoalesced gradient), the same state_dict both ways,
 a TreeLSTM trained through `as_torch(sparse=True)` with DGL's groups, a step reaching the module's
 kernel path (the parameters' versions counted), the loops alone against numpy (this CPU's build and
-AVX2 code), and a clear error before any update on what it does not take."""
+AVX2 code), an optimizer whose loops are AVX2 code (target=), and a clear error before any update on
+what it does not take."""
 import copy
 
 import numpy as np
@@ -12,7 +13,8 @@ import pytest
 import cortex_tvm as ct
 
 torch = pytest.importorskip("torch")
-from cortex_tvm.optim import Adagrad  # noqa: E402 - needs torch
+from cortex_tvm import optim  # noqa: E402 - needs torch
+from cortex_tvm.optim import Adagrad  # noqa: E402
 
 
 def _twins(shapes, seed=0):
@@ -50,14 +52,15 @@ def test_sparse_rows_equal_torch():
     (ours,), (reference,) = _twins([(50, 19)])
     optimizer, torch_optimizer = Adagrad([ours], lr=0.1), torch.optim.Adagrad([reference], lr=0.1)
     generator = torch.Generator().manual_seed(2)
-    for rows in ([3, 7, 49], [0, 3, 3, 12], []):           # a repeated row (uncoalesced): summed, as torch
+    # rows sorted (no coalesce needed), a repeated row (summed, as torch), rows out of order, none
+    for rows in ([3, 7, 49], [0, 3, 3, 12], [12, 0, 5], []):
         values = torch.randn((len(rows), 19), generator=generator)
         for p in (ours, reference):
             p.grad = torch.sparse_coo_tensor(torch.tensor([rows], dtype=torch.int64).reshape(1, -1), values, (50, 19))
         optimizer.step()
         torch_optimizer.step()
         _close([ours], [reference])
-    untouched = [r for r in range(50) if r not in (0, 3, 7, 12, 49)]
+    untouched = [r for r in range(50) if r not in (0, 3, 5, 7, 12, 49)]
     start = _twins([(50, 19)])[0][0].detach()
     np.testing.assert_array_equal(ours.detach()[untouched].numpy(), start[untouched].numpy())
 
@@ -160,6 +163,26 @@ def test_a_step_reaches_the_kernel_and_autograd_sees_it(sst):
     optimizer.step()                                      # between the forward and its backward
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_loops_built_for_another_cpu_step_as_torch():
+    """target=: the loops of the model's ISA (AVX2 code here, as `bench --mcpu haswell` compiles the
+    model), built once per target, the same steps as torch's; a GPU target is refused by name."""
+    ours, reference = _twins([(61, 33), (5,)])
+    optimizer = Adagrad(ours, lr=0.1, weight_decay=1e-3, target={"kind": "llvm", "mcpu": "haswell"})
+    torch_optimizer = torch.optim.Adagrad(reference, lr=0.1, weight_decay=1e-3)
+    assert "haswell" in optimizer._target and optimizer._target in optim._BUILT
+    assert Adagrad(ours, target={"kind": "llvm", "mcpu": "haswell"})._target == optimizer._target
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        for a, b in zip(ours, reference):
+            a.grad = torch.randn(a.shape, generator=generator)
+            b.grad = a.grad.clone()
+        optimizer.step()
+        torch_optimizer.step()
+        _close(ours, reference)
+    with pytest.raises(ValueError, match="target 'cuda': its loops are CPU code"):
+        Adagrad(ours, target={"kind": "cuda", "arch": "sm_80"})
 
 
 def test_bad_input_is_refused_before_any_update():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
-from cortex_tvm import ra
+from cortex_tvm import ra, runtime
 
 torch = pytest.importorskip("torch")
 
@@ -239,7 +239,7 @@ def test_a_traced_cell_trains_too():
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-def test_an_embedding_row_is_checked_when_a_batch_reads_it(sst):
+def test_an_embedding_row_is_checked_when_a_batch_reads_it(sst, monkeypatch):
     """A trained model's load_weights (every optimizer step through as_torch) checks an embedding
     table row by row as batches read them, not the whole table: a NaN row is a ValueError naming
     it at the first vjp whose batch reads it, a batch that does not read it runs; the kernel's
@@ -260,7 +260,16 @@ def test_an_embedding_row_is_checked_when_a_batch_reads_it(sst):
         compiled.vjp(trees[12:13])
     with pytest.raises(ValueError, match=rf"run: weight 'emb': row {row} contains NaN"):
         compiled(trees[0:1])
+    with pytest.raises(ValueError, match=rf"vjp: weight 'emb': row {row}, read by this batch"):
+        compiled.vjp(trees[12:13])                # the failed whole-table check left the rows unchecked
     with pytest.raises(ValueError, match="weight 'U': contains NaN"):
         compiled.load_weights(dict(model.weights, U=np.full_like(model.weights["U"], np.inf)))
     compiled.load_weights(model.weights)                      # a clean table runs again
     np.testing.assert_allclose(compiled.vjp(trees[12:13])[0], model.compile()(trees[12:13]), rtol=1e-5, atol=1e-6)
+    checked = []
+    monkeypatch.setattr(runtime, "check_rows", lambda *args: checked.append(sorted(args[3])))
+    compiled.load_weights(model.weights)
+    compiled.vjp(trees[:12])
+    compiled(trees[0:1])                      # checks the whole table: the next batch's rows need no check
+    compiled.vjp(trees[:12])
+    assert checked == [["emb"], ["emb"], []]

@@ -20,6 +20,7 @@ to GRADS.npy.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -145,7 +146,8 @@ def _torch_steps(compiled, batches, direction, weight, repeats, spec):
         (out * d_out).sum().backward()
         return out
     from ..optim import Adagrad
-    return train_steps(step, parameters, batches, weight, repeats, make_optimizer(parameters, spec, Adagrad))
+    ours = functools.partial(Adagrad, target=compiled.target)      # the model's ISA (--mcpu), not this CPU's
+    return train_steps(step, parameters, batches, weight, repeats, make_optimizer(parameters, spec, ours))
 
 
 def run_sgemm(repeats, n=1024):
