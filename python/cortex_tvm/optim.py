@@ -161,17 +161,22 @@ class Adagrad(torch.optim.Adagrad):
                     _check_dense(param.grad, where + "'s gradient", param.shape)
                     flat = [t.detach().view(-1) for t in (param, param.grad, state["sum"])]
                     updates.append((group, param, dense, flat, (group["weight_decay"], group["eps"])))
-        for group, param, kernel, arrays, options in updates:
-            state = self.state[param]
-            state["step"] += 1
-            clr = group["lr"] / (1 + (float(state["step"]) - 1) * group["lr_decay"])
-            if kernel is not None and arrays[0].numel():       # (the step counts, as torch's)
-                kernel(*arrays, clr, *options)
-                # the kernel wrote the memory behind torch's back: count the change as an in-place
-                # op does, or a module that hands changed parameters to its kernel (`as_torch`)
-                # would keep the last ones, and autograd would miss a step between forward and backward
-                for changed in (param, state["sum"]):
-                    torch.autograd.graph.increment_version(changed)
+        steps = [self.state[param]["step"] for _, param, *_ in updates]
+        if steps:                           # (one op for all, as torch's foreach path)
+            torch._foreach_add_(steps, 1)
+        changed = []
+        try:
+            for (group, param, kernel, arrays, options), step in zip(updates, steps):
+                clr = group["lr"] / (1 + (float(step) - 1) * group["lr_decay"])
+                if kernel is not None and arrays[0].numel():       # (the step counts, as torch's)
+                    kernel(*arrays, clr, *options)
+                    changed += (param, self.state[param]["sum"])
+        finally:
+            # the kernels wrote the memory behind torch's back: count the change as an in-place op
+            # does, or a module that hands changed parameters to its kernel (`as_torch`) would keep
+            # the last ones, and autograd would miss a step between a forward and its backward
+            if changed:
+                torch.autograd.graph.increment_version(changed)
         return loss
 
 

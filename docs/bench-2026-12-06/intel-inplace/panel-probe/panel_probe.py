@@ -1,0 +1,65 @@
+# Does a panel layout of the weight move the level pass's register tile?  The training forward's
+# contraction tile (8 nodes x 2 AVX-512 vectors of output columns, summed over k) reads the
+# transposed weight one row per k: 128 bytes at a stride of 4*C bytes (C = 5H columns; 3000 B at
+# H = 150).  Here the same tile over N nodes, K = 300, C = 768 (24 chunks of 32, no tails), with
+# the weight as it is (K, C) row-major, and packed as panels (C/32, K, 32), where a chunk's rows
+# are consecutive 128-byte lines.  GFLOP/s of out = A @ W, 2 threads, best of 50 calls.
+import os, re, sys, time
+os.environ.setdefault("TVM_NUM_THREADS", "2")
+import numpy as np
+import tvm
+from tvm.script import tirx as T
+from cortex_tvm import tir_pipeline
+from cortex_tvm.target import make_target
+
+N, K, C = int(sys.argv[1]) if len(sys.argv) > 1 else 512, 300, 768
+CH = C // 32
+
+
+# one tile, two layouts of w: (K, C) read w[k, chunk * 32 + lane], or panels (C/32, K, 32) read w[chunk, k, lane]
+TILE = """
+@T.prim_func
+def NAME(a: T.Buffer((N, K), "float32"), w: T.Buffer(W_SHAPE, "float32"), out: T.Buffer((N, C), "float32")):
+    T.func_attr({"global_symbol": "NAME", "tirx.noalias": True})
+    for tile in T.parallel(N // 8):
+        for chunk in range(CH):
+            acc = T.alloc_buffer((8, 32), "float32", scope="local")
+            for t in T.unroll(8):
+                for lane in T.vectorized(32):
+                    acc[t, lane] = T.float32(0)
+            for k in range(K):
+                for t in T.unroll(8):
+                    for lane in T.vectorized(32):
+                        acc[t, lane] = acc[t, lane] + a[tile * 8 + t, k] * W_READ
+            for t in T.unroll(8):
+                for lane in T.vectorized(32):
+                    out[tile * 8 + t, chunk * 32 + lane] = acc[t, lane]
+"""
+LAYOUTS = {"strided": ("(K, C)", "w[k, chunk * 32 + lane]"), "panels": ("(CH, K, 32)", "w[chunk, k, lane]")}
+functions = {}
+for name, (shape, read) in LAYOUTS.items():
+    source = TILE.replace("NAME", name).replace("W_SHAPE", shape).replace("W_READ", read)
+    for constant, value in (("CH", CH), ("N", N), ("K", K), ("C", C)):
+        source = re.sub(rf"\b{constant}\b", str(value), source)
+    functions[name] = tvm.script.from_source(source, extra_vars={"T": T})
+
+
+target = make_target("llvm")
+ex = tvm.compile(tvm.IRModule(functions), target=target, tir_pipeline=tir_pipeline.NAME)
+rng = np.random.default_rng(0)
+a = rng.standard_normal((N, K)).astype(np.float32)
+w = rng.standard_normal((K, C)).astype(np.float32)
+wp = np.ascontiguousarray(w.reshape(K, CH, 32).transpose(1, 0, 2))
+ref = a @ w
+args = {"strided": w, "panels": wp}
+for rnd in range(3):
+    for name in ("strided", "panels"):
+        f = ex[name]
+        A, Wt, O = (tvm.runtime.tensor(x) for x in (a, args[name], np.zeros((N, C), np.float32)))
+        f(A, Wt, O)
+        np.testing.assert_allclose(O.numpy(), ref, rtol=1e-4, atol=1e-3)
+        best = 1e9
+        for _ in range(50):
+            t0 = time.perf_counter(); f(A, Wt, O); best = min(best, time.perf_counter() - t0)
+        if rnd == 2:
+            print(f"N={N} K={K} C={C} {name:8s} {2 * N * K * C / best / 1e9:6.1f} GFLOP/s ({1e6 * best:.1f} us)")
