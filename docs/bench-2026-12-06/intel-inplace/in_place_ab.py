@@ -3,7 +3,8 @@
 # cortex_tvm.optim.Adagrad: the training step with the weight sums written into their gradients
 # (LevelPass.in_place, the default since 2026-12-06) against summed apart, zeroed gradients and an add
 # (in_place emptied), alternating by round on the same 10 batches of argv[1] SST trees.  Per step: the
-# median of each round's 10 batches; printed: the median over 6 rounds of each arm.  Run from the repo root.
+# median of each round's 10 batches; printed: the median over 12 rounds
+# of each arm (14 run, the first 2 left out).  Run from the repo root.
 import inspect, os, sys, time
 os.environ.setdefault("TVM_NUM_THREADS", "2"); os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np, torch

@@ -22,6 +22,8 @@ for l in open(samples):
         share[min(inner, key=lambda L: L[1]-L[0])]+=p
     else: other+=p
 print(f"total {tot:.1f}%, outside loops {other:.1f}%")
+with_fma = sum(p for (s_, e_), p in share.items() if any('vfmadd' in b for b in ins[idx[s_]:idx[e_] + 1]))
+print(f"in an innermost loop with an FMA: {100 * with_fma / tot:.1f}% of the kernel's samples (all loops, not only those below)")
 for (s,e),p in share.most_common(30):
     body=ins[idx[s]:idx[e]+1]
     fma=sum('vfmadd' in b for b in body); vec=sum(('zmm' in b or 'ymm' in b) for b in body)
