@@ -17,7 +17,7 @@ from . import ra
 from .linearize import NULL_SLOT
 from .named_axes import contract, elementwise, expand, reduce_to, times_missing
 from .scratch import held_rows
-from .stage_numpy import basic_index, factors
+from .stage_numpy import basic_index, factors, reads_in_order
 
 #: what the backward differentiates, for error messages
 RULES = "+ - * /, min, max (relu), sigmoid, tanh, exp, if_then_else, sums"
@@ -285,13 +285,14 @@ def scatter_invariant(grad, idx, adj, layout):
     full = np.broadcast_shapes(*(i.shape for i in idx))
     values = np.broadcast_to(adj, full).reshape(-1)
     flat_grad = grad.reshape(-1)
+    if layout[0] is None and reads_in_order(idx, grad.shape):
+        layout[0] = "all"
     if layout[0] == "all":
         flat_grad += values
         return
     flat = np.ravel_multi_index(tuple(np.broadcast_to(i, full) for i in idx), grad.shape).reshape(-1)
     if layout[0] is None:
-        layout[0] = ("all" if flat.size == flat_grad.size and (flat == np.arange(flat.size)).all()
-                     else "distinct" if np.unique(flat).size == flat.size else "repeated")
+        layout[0] = "distinct" if np.unique(flat).size == flat.size else "repeated"
     if layout[0] == "repeated":
         np.add.at(flat_grad, flat, values)
     else:

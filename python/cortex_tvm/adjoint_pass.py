@@ -17,6 +17,7 @@ from .adjoint_nest import tile_vectors
 from .linearize import NULL_SLOT
 from .node_features import check_slot_rows
 from .scratch import held_rows, zero
+from .stage_numpy import reads_in_order
 from .target import cpu_info
 
 #: `level_pass`'s lanes for a GPU build: unused by its nests, which put elements on threads
@@ -260,11 +261,8 @@ def _in_place(params) -> frozenset:
         if param[0] != "weight_read" or writers[param[5].name] != 1:
             continue
         shape, weight, index = param[4], param[5], param[6]
-        size = int(np.prod(weight.shape))
-        if int(np.prod(shape)) != size or np.broadcast_shapes(*(i.shape for i in index)) != tuple(shape):
-            continue
-        flat = np.ravel_multi_index(tuple(np.broadcast_to(i, shape) for i in index), weight.shape)
-        if np.array_equal(flat.reshape(-1), np.arange(size)):
+        # (the sums' own shape must be the read's, or they would not lie in the gradient's order)
+        if np.broadcast_shapes(*(i.shape for i in index)) == tuple(shape) and reads_in_order(index, weight.shape):
             found.add(position)
     return frozenset(found)
 

@@ -349,11 +349,18 @@ class _Eval:
 
 def _as_reshape(array, idx, axes):
     """(axes, shape) when the gather array[idx] is a reshape of the whole array, else None."""
+    return (axes, np.broadcast_shapes(*(i.shape for i in idx))) if reads_in_order(idx, array.shape) else None
+
+
+def reads_in_order(idx, shape) -> bool:
+    """Whether the index arrays `idx` (broadcast together) read every element of an array of
+    `shape` once, in row-major order: the gather is a reshape of the whole array, and a scatter
+    back a reshape too (`U[g*H + i, j*H + k]` over (g, i, j, k) of U's (5H, 2H))."""
     full = np.broadcast_shapes(*(i.shape for i in idx))
-    if int(np.prod(full, dtype=np.int64)) != array.size:
-        return None
-    flat = np.ravel_multi_index(tuple(np.broadcast_to(i, full) for i in idx), array.shape).reshape(-1)
-    return (axes, full) if (flat == np.arange(flat.size)).all() else None
+    if int(np.prod(full, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)):
+        return False
+    flat = np.ravel_multi_index(tuple(np.broadcast_to(i, full) for i in idx), shape).reshape(-1)
+    return bool((flat == np.arange(flat.size)).all())
 
 
 def basic_index(e: Expr, extents: dict):
