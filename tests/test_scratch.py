@@ -1,7 +1,7 @@
 """`scratch`: working arrays kept between calls, and results reused once their caller lets go."""
 import numpy as np
 
-from cortex_tvm.scratch import Recycled, held_rows
+from cortex_tvm.scratch import Recycled, aligned_zeros, held_rows
 
 
 def test_a_result_let_go_is_reused_and_zeroed():
@@ -72,3 +72,12 @@ def test_empty_reuses_a_result_let_go_without_zeroing_it():
     assert fresh.ctypes.data != again.ctypes.data and (again == 7).all()
     del again, fresh
     assert not pool.zeros("U", (3, 4)).any()                    # zeros after empty: zeroed
+
+
+def test_aligned_zeros_start_on_a_cache_line():
+    """numpy's own arrays start 16 bytes into a line here; these start on one, whatever the shape."""
+    for shape in [(300, 800), (7,), (3, 5, 2)]:
+        array = aligned_zeros(shape)
+        assert array.shape == shape and array.dtype == np.float32 and array.flags.c_contiguous
+        assert array.ctypes.data % 64 == 0 and not array.any()
+

@@ -338,8 +338,9 @@ class StageEmitter:
         """`e` (over the block's axes and the stage's buffers) in the function's terms: axes by
         `mapping` (with ROW: the node's row, POSITION: its position in the level), the level's
         offset, stage tensors by their value arrays' rows (a transient block's by position); a
-        weight in `bufs["transposed"]` read with `inner` in its first index only, from its
-        transpose."""
+        weight in `bufs["transposed"]` ((buffer, `adjoint_copies.Transposed`)) read with `inner` in its first
+        index only, from its transpose; one in `bufs["widened"]` ((buffer, `adjoint_copies.Widened`)) read with
+        `inner` in its last index only, as b * block + inner, from that copy."""
         row, position = mapping[ROW], mapping.get(POSITION)
         variables = {self.stage.offset: offset, self.stage.size: size}
 
@@ -359,9 +360,17 @@ class StageEmitter:
                 return tirx.BufferLoad(bufs["value"][key], [first] + list(ld.indices[1:]))
             if inner is not None and len(ld.indices) == 2 and uses(ld.indices[0], inner) \
                     and not uses(ld.indices[1], inner):
-                for k, buf in bufs["transposed"].items():
+                for k, (buf, layout) in bufs["transposed"].items():
                     if k.same_as(ld.source):
-                        return tirx.BufferLoad(buf, [ld.indices[1], ld.indices[0]])
+                        return tirx.BufferLoad(buf, layout.index(ld.indices, inner))
+            if inner is not None and len(ld.indices) == 2 and uses(ld.indices[1], inner) \
+                    and not uses(ld.indices[0], inner):
+                for k, (buf, layout) in bufs.get("widened", {}).items():
+                    if k.same_as(ld.source):
+                        try:
+                            return tirx.BufferLoad(buf, layout.index(ld.indices, inner))
+                        except Unsupported:          # (another form of read: the weight itself)
+                            break
             for k, buf in bufs["placeholder"].items():
                 if k.same_as(ld.source):
                     return tirx.BufferLoad(buf, list(ld.indices))

@@ -35,10 +35,11 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as Tb
 
 from . import adjoint_gpu, fast_math, ra
+from .adjoint_copies import Transposed, Widened, copied_reads, emit_transpose, emit_widen
 from .adjoint_emit import StageEmitter
 from .adjoint_gpu import GpuStageEmitter
 from .adjoint_weights import emit_weight_read, index_arrays, weight_blocks
-from .tir_builder import row_elements, uses
+from .tir_builder import row_elements
 
 #: the compiled functions: every level in parallel over its nodes, or serially (shared nodes)
 PARALLEL, SERIAL = "cortex_adjoint_levels", "cortex_adjoint_levels_serial"
@@ -68,13 +69,17 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     (N, *shape), ("d_features", input) for each per-node feature input (`ra.node_features`, read
     as a ("placeholder", input) of (N, F) rows: its adjoint, a row per slot, zeros from the
     caller, each node adding into its own), per stage
-    ("transposed", weight) for each weight its recomputation reads transposed and ("value" |
+    ("transposed", weight, shape) for each weight its recomputation reads transposed
+    (`adjoint_copies.Transposed`) and ("value" |
     "adj", stage, key, row shape) for each block (the stage's rows),
     ("weight_read", stage, key, ordinal, shape, weight, index arrays) for each node-independent
     weight read whose gradient the function sums (`adjoint_weights`), ("gathered", stage, key,
     weight, node input) for each read through the node's input: the adjoint of the weight's row
     that each node (a row of the stage) reads, and ("gathered_sum", weight) for each weight read
-    so: its gradient (zeros from the caller), into which the function adds those rows.
+    so: its gradient (zeros from the caller), into which the function adds those rows; after
+    the states' and the features' adjoints, ("widened", weight, shape) for each weight the
+    nests read along its last axis in blocks (`adjoint_copies.Widened`, not on a GPU): its copy,
+    which "forward" and "all" write and "backward" reads.
     In "forward" and "backward", the value array of a block that makes a state
     (`StageEmitter.state_blocks`) is the state's rows of the stage's nodes (its value
     parameter, the same rows, is not read): the forward keeps each state once; "all", which
@@ -139,15 +144,30 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
             for emitter in emitters.values():
                 for te_buf, state in emitter.state_of.items():
                     placeholders[te_buf] = states[state]
+            copied = {name: copied_reads(e) for name, e in emitters.items()}
+            transposed = {name: reads for name, (reads, _) in copied.items()}
+            blocks, widen = {}, {}                       # (a block both stages read alike, or None)
+            for reads, widened in copied.values():
+                for key, (_, block) in reads.items():
+                    blocks[key] = block if blocks.get(key, block) == block else None
+                for key, block in widened.items():
+                    widen[key] = block if widen.get(key, block) == block else None
+            widened_inputs = {}
+            for key, block in widen.items():
+                if block is not None and not gpu and key in inputs:
+                    layout = Widened(key.shape, block)
+                    widened_inputs[key] = (_arg(key.name + "_lines", layout.shape, key.dtype), layout)
+                    params.append(("widened", key, layout.shape))
             per_stage = {}
             for name, emitter in emitters.items():
                 rows, positions = Tb.int32(), Tb.int32()
-                value, adj, transposed = {}, {}, {}
-                for key, te_buf in transposed_reads(emitter).items():
-                    if key not in transposed_inputs:
-                        transposed_inputs[key] = _arg(key.name + "_T", key.shape[::-1], key.dtype)
-                        params.append(("transposed", key))
-                    transposed[te_buf] = transposed_inputs[key]
+                value, adj, transposes = {}, {}, {}
+                for key, (te_buf, _) in transposed[name].items():
+                    if key not in transposed_inputs:     # (a GPU's caller transposes them: plainly)
+                        layout = Transposed(key.shape, None if gpu else blocks[key])
+                        transposed_inputs[key] = (_arg(key.name + "_T", layout.shape, key.dtype), layout)
+                        params.append(("transposed", key, layout.shape))
+                    transposes[te_buf] = transposed_inputs[key]
                 for block in emitter.blocks:
                     row_shape = tuple(int(d) for d in block.out.shape[1:])
                     kept = block.key not in emitter.transient
@@ -164,7 +184,10 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     params.append(("gathered", name, block.key, weight, node_input))
                 per_stage[name] = {"value": value, "adj": adj, "placeholder": placeholders, "d_state": d_states,
                                    "d_features": d_features,
-                                   "transposed": transposed, "gathered": gathered, "state": states}
+                                   "transposed": transposes, "gathered": gathered, "state": states,
+                                   "widened": {stages[name].placeholders[key]: copy
+                                               for key, copy in widened_inputs.items()
+                                               if key in stages[name].placeholders}}
             # the leaves a pass runs on: each word's first (`distinct_leaves`; a GPU gets none repeated)
             nodes_of = {"leaf": (level_offsets[0], level_offsets[1] - level_offsets[0] - (0 if gpu else repeats)),
                         "internal": (level_offsets[1], level_offsets[L1 - 1] - level_offsets[1])}
@@ -191,8 +214,10 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
             leaves = nodes_of["leaf"]
             repeated = None if gpu else (leaf_sources, leaves[0] + leaves[1], repeats)
             if part != "backward" and not gpu:     # (a GPU's caller transposes them on the host)
-                for key, transposed in transposed_inputs.items():
-                    _emit_transpose(inputs[key], transposed)
+                for key, (transposed, layout) in transposed_inputs.items():
+                    emit_transpose(inputs[key], transposed, layout)
+                for key, (widened, layout) in widened_inputs.items():      # ("backward" reads the forward's)
+                    emit_widen(inputs[key], widened, layout, lanes)
             if part == "all":
                 # every node's values first (no recursion left: the states are known), then the levels
                 emitters["leaf"].emit_recompute(per_stage["leaf"], *leaves, parallel)
@@ -230,25 +255,6 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     return fast_math.rewrite(ib.get()), params
 
 
-def transposed_reads(emitter) -> dict:
-    """The 2-D weights some block of `emitter`'s stage (`StageEmitter`) reads with its vector
-    axis in the first dimension only (TreeLSTM's U[g*H + i, j*H + k] computing gates_sum[n, g,
-    i]): the recomputation reads their transposes, so a vector of lanes is one contiguous load."""
-    found = {}
-    for block in emitter.blocks:
-        inner = block.out_indices[-1] if len(block.out_indices) > 1 else None
-        if inner is None:
-            continue
-
-        def visit(ld):
-            for key, buf in emitter.stage.placeholders.items():
-                if (isinstance(key, ra.Weight) and len(key.shape) == 2 and buf.same_as(ld.source)
-                        and uses(ld.indices[0], inner) and not uses(ld.indices[1], inner)):
-                    found[key] = buf
-        tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, visit), order="post")
-    return found
-
-
 def _state_rows(emitter, value: dict, states: dict, first_node) -> set:
     """Point the value arrays (`value`, key -> buffer) of the stage's blocks that make a
     state at the state's rows of the stage's nodes, from `first_node` on: one array holds both
@@ -274,25 +280,6 @@ def _emit_repeated_leaves(arrays: dict, sources, first_repeat, count, lanes, cop
                 repeat, first = [first_repeat + j] + ix, [source] + ix
                 Tb.buffer_store(rows, rows[first] if copy else rows[first] + rows[repeat], repeat if copy else first)
             row_elements([int(d) for d in rows.shape[1:]], lanes, element)
-
-
-def _emit_transpose(source, out, tile: int = 16):
-    """out[c, r] = source[r, c], in tiles of `tile` x `tile` elements (each tile's rows and
-    columns a few cache lines) shared among the cores.  numpy's strided copy of TreeLSTM h=150's
-    U (750 x 300) and W (450 x 300, x = 300), on one core, cost 0.15-0.26 ms a training step
-    more than this on Zen 4 (docs/training.md, "Speed")."""
-    rows, cols = (int(d) for d in source.shape)
-    with Tb.parallel(0, -(-rows // tile)) as row_tile:
-        with Tb.serial(0, -(-cols // tile)) as col_tile:
-            with Tb.grid(tile, tile) as (c, r):
-                row, col = row_tile * tile + r, col_tile * tile + c
-                inside = [bound for bound, extent in ((row < rows, rows), (col < cols, cols)) if extent % tile]
-                if inside:
-                    with Tb.If(tvm.tirx.all(*inside)):
-                        with Tb.Then():
-                            Tb.buffer_store(out, source[row, col], [col, row])
-                else:
-                    Tb.buffer_store(out, source[row, col], [col, row])
 
 
 def _emit_add_rows(grad, rows, by, offset, count, lanes):

@@ -16,7 +16,7 @@ from .adjoint_kernel import NAMES, level_pass, transient_blocks
 from .adjoint_nest import tile_vectors
 from .linearize import NULL_SLOT
 from .node_features import check_slot_rows
-from .scratch import held_rows, zero
+from .scratch import aligned_zeros, held_rows, zero
 from .stage_numpy import reads_in_order
 from .target import cpu_info
 
@@ -145,10 +145,11 @@ class LevelPass:
                 else:
                     args.append(getattr(lin, key))       # children, num_children
             elif role == "transposed":                        # read by the values' computation only
-                weight = np.asarray(weights[param[1].name], np.float32)
-                args.append(self._held(position, weight.shape[::-1]))
-                if part != "backward" and self.device is not None:      # (a CPU pass transposes it)
-                    np.copyto(args[-1], weight.T)
+                args.append(self._held(position, param[2]))    # (`adjoint_copies.Transposed`)
+                if part != "backward" and self.device is not None:      # (a CPU pass transposes it; a GPU's plainly)
+                    np.copyto(args[-1], np.asarray(weights[param[1].name], np.float32).T)
+            elif role == "widened":                           # written by "forward" and "all", read by all
+                args.append(self._held(position, param[2]))    # (`adjoint_copies.Widened`)
             elif role == "weight_read":
                 _, stage, key, ordinal, shape, weight, index = param
                 grad = (overwritten(weight) if part != "forward" and self.device is None and overwritten
@@ -232,10 +233,10 @@ class LevelPass:
 
     def _held(self, position, shape) -> np.ndarray:
         """This thread's array for the parameter at `position`, kept between calls (no page
-        faults on reuse)."""
+        faults on reuse), zeros when made, starting on a cache line (`scratch.aligned_zeros`)."""
         held = self._arrays.__dict__.setdefault("by_param", {})
         if position not in held or held[position].shape != tuple(shape):
-            held[position] = np.empty(shape, np.float32)
+            held[position] = aligned_zeros(shape)
         return held[position]
 
     def _held_rows(self, position, count, row_shape) -> np.ndarray:

@@ -12,15 +12,19 @@ import re
 
 import numpy as np
 import pytest
+import tvm
 
 import cortex_tvm as ct
 from cortex_tvm import adjoint_kernel, adjoint_pass, lower
 from cortex_tvm.adjoint import Adjoint
+from cortex_tvm.adjoint_copies import Transposed, Widened
+from cortex_tvm.adjoint_emit import Unsupported
 from cortex_tvm.stage_numpy import StageNumpy
 from cortex_tvm.target import make_target
 
 from .ir_text import after_transposes
-from .numpy_twin import assert_same_gradients, numpy_gradients, random_adjoints, zoo_case
+from .numpy_twin import (assert_forward_then_both_pullbacks, assert_same_gradients, numpy_gradients,
+                         random_adjoints, zoo_case)
 
 H = 6
 
@@ -94,6 +98,94 @@ def test_the_passes_that_compute_values_transpose_the_weights_themselves():
         assert [p[1].name for p in params if p[0] == "transposed"] == ["W"]      # every part takes it
 
 
+def test_a_transpose_starts_each_block_of_columns_on_a_cache_line():
+    """TreeLSTM h = 6 reads U (5h, 2h) as U[g * h + i, j * h + k] for gates_sum[n, g, i]: its
+    transpose is (2h, 5 x 16), gate g's 6 columns from column 16 g on (a 64-byte line), which
+    the transposing loop writes and the tiles read (the pad columns are never read: the poisoned
+    pool above holds NaN there); W (3h, x), read as W[g * h + i, e], likewise.  A GPU build,
+    whose host transposes, keeps the plain (2h, 5h)."""
+    model = ct.models.TreeLSTM(hidden_size=6, embed_size=5, vocab_size=20)
+    stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
+    numpy_stages = {n: StageNumpy(s) for n, s in stages.items()}
+    func, params = adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=8, cores=2, part="forward")
+    assert {p[1].name: p[2] for p in params if p[0] == "transposed"} == {"U": (12, 80), "W": (5, 48)}
+    text = func.script()
+    for weight in ("U", "W"):          # one tile of 16 rows a gate (h = 6): row r of gate g to column 16 g + r
+        writes = re.findall(weight + r"_T\[(.*)\] = " + weight + r"\[(.*)\]", text)
+        assert writes == [("v_6 * 16 + v_7, v_5 * 16 + v_8", "v_5 * 6 + v_8, v_6 * 16 + v_7")], writes
+    columns = set(re.findall(r"U_T\[[^,]+, ([^\]]+)\]", after_transposes(text)))
+    assert columns and all(re.fullmatch(r"v_\d+ \* 16 \+ v_\d+", c) for c in columns), columns
+    _, gpu_params = adjoint_kernel.level_pass(stages, numpy_stages, model.program, part="forward", gpu=True)
+    assert {p[1].name: p[2] for p in gpu_params if p[0] == "transposed"} == {"U": (12, 30), "W": (5, 18)}
+
+
+def test_the_transposed_layout():
+    """`Transposed`'s own example: w (10, 3) read as w[g * 5 + i, k] has a (3, 32) transpose and
+    w[7, k] at its column 18; a row not of the form b * 5 + i is refused (the numpy pass runs)."""
+    g, i = tvm.tirx.Var("g", "int32"), tvm.tirx.Var("i", "int32")
+    layout = Transposed((10, 3), 5)
+    assert layout.shape == (3, 32) and (layout.blocks, layout.padded) == (2, 16)
+    column = layout.column(g * 5 + i, i)
+    assert tvm.sym.Analyzer().simplify(tvm.tirx.Let(g, 1, tvm.tirx.Let(i, 2, column))).value == 18
+    assert str(layout.column(g * 5 + i, i)) == "g * 16 + i"
+    with pytest.raises(Unsupported, match="not b \\* 5"):
+        layout.column(g * 3 + i, i)
+    assert Transposed((10, 3)).shape == (3, 10) and Transposed((10, 3)).column(g, i).same_as(g)
+
+
+def test_the_backward_reads_the_forwards_copy_with_widened_blocks():
+    """TreeLSTM h = 6's backward reads U (5h, 2h) along its last axis (d h[child, j, k] from
+    U[g * h + i, j * h + k]) and W (3h, x) along x: the forward and the recomputing pass copy
+    each with its blocks of columns widened to lines (`Widened`: U_lines (30, 2 x 16), W_lines
+    (18, 16)), and the backward reads the copy, never writing it: poisoned between the forward and the
+    pullback, every gradient is NaN (U's copy: every node's child adjoints; the embedding's
+    rows the batch reads); the recomputing pass writes its own and is the numpy pass's."""
+    trees, vocab = ct.data.sst_sample()
+    model = ct.models.TreeLSTM(hidden_size=6, embed_size=5, vocab_size=len(vocab), seed=1)
+    compiled = Adjoint(model.program, model.linearize, make_target("llvm"))
+    params = compiled.level_pass.params
+    assert {p[1].name: p[2] for p in params if p[0] == "widened"} == {"U": (30, 32), "W": (18, 16)}
+    texts = {part: compiled.level_pass.build(part, True)[0].script() for part in ("forward", "backward", "all")}
+    for part, text in texts.items():
+        assert (re.search(r"U_lines\[v_\d+, v_\d+ \* 16 \+ v_\d+\] = U\[", text) is not None) == (part != "backward")
+        assert (re.search(r"\* U_lines\[[^,]+, v_\d+ \* 16 \+ ", text) is not None) == (part != "forward"), part
+    lin = model.linearize(trees[:9])
+    states = model.numpy_forward(lin)
+    d_states = random_adjoints(states, 2)
+    want = numpy_gradients(model, lin, states, d_states)
+    kept, token = compiled.forward(lin, model.weights)
+    widened = [position for position, p in enumerate(params) if p[0] == "widened"]
+    for position in widened:
+        compiled.level_pass._arrays.by_param[position].fill(np.nan)
+    got = compiled.vjp(lin, kept, model.weights, [d.copy() for d in d_states], forwarded=token)
+    assert compiled.level_pass.last_run[0] == "backward" and all(np.isnan(got[w]).all() for w in ("W", "bW", "U", "bU"))
+    read = np.unique(lin.words[lin.level_offsets[0]:lin.level_offsets[1]])      # the embedding's rows the batch reads
+    assert np.isnan(got["emb"][read]).all() and not np.isnan(np.delete(got["emb"], read, axis=0)).any()
+    got = compiled.vjp(lin, states, model.weights, [d.copy() for d in d_states])
+    assert compiled.level_pass.last_run[0] == "all"
+    assert_same_gradients(got, want)
+
+
+@pytest.mark.parametrize("name", sorted(ct.models.BY_NAME))
+def test_the_forward_then_the_backward_equal_numpy(name, sst):
+    """Every zoo model at h = 6 (blocks of columns widened in every weight copy): the compiled
+    forward's states, then the pullback on its kept values and the recomputing one, against the
+    numpy pass."""
+    model, lin, states, d_states, compiled = zoo_case(name, H, sst, 6, 3)
+    assert_forward_then_both_pullbacks(compiled, lin, model.weights, states, d_states,
+                                       numpy_gradients(model, lin, states, d_states))
+
+
+def test_the_widened_layout():
+    """`Widened`'s own example: w (3, 10) read as w[k, g * 5 + i] has a (3, 32) copy, w[k, 7] at
+    its column 18."""
+    g, i, k = (tvm.tirx.Var(n, "int32") for n in "gik")
+    layout = Widened((3, 10), 5)
+    assert layout.shape == (3, 32)
+    row, column = layout.index([k, g * 5 + i], i)
+    assert row.same_as(k) and str(column) == "g * 16 + i"
+
+
 def test_the_level_pass_ir():
     """TreeFC, h = tanh(W @ (h_left + h_right) + b): first every node's values (a run of nodes
     per core, in parallel, each in tiles of 8 nodes, then tiles of 1, 2 and 4; the product with
@@ -140,7 +232,7 @@ def test_the_level_pass_ir():
     # each chunk from the two panels into an 8-row x 8-lane register tile, which the first
     # block starts from zero (dW is not zeroed by the caller)
     count = "level_offsets[v - 1] - level_offsets[1]"
-    blocks = f"T.max((level_offsets[v - 1] + 31 - level_offsets[1]) // 32, 1)"
+    blocks = "T.max((level_offsets[v - 1] + 31 - level_offsets[1]) // 32, 1)"
     assert f"for v_8 in range({blocks}):" in weights
     assert (f"buffer[v_9 * 512 + (v_11 * 8 * 32 + v_10 * 8 + v_12)] = T.if_then_else(v_8 * 32 + v_10 < {count}, "
             f"internal_child_sum[T.min(v_8 * 32 + v_10, {count} - 1), v_11 * 8 + v_12], T.float32(0.0))") in weights

@@ -1,0 +1,184 @@
+"""The copies of its weights that the level pass reads in place of them (`adjoint_kernel.level_pass`):
+their layouts, which reads take them, and the loop nests that write them at the start of a pass.
+
+A register tile loads a vector of a weight's row at every step of its sum.  Two things make
+that load slow where it reads the weight as it lies: a vector along the weight's first axis
+(TreeLSTM's U[g*H + i, k] computing gates_sum[n, g, i]) is not contiguous, and a row whose
+length is not a whole number of 64-byte cache lines (750 floats at h = 150) starts most
+vectors inside a line, so that each load touches two.  `Transposed` is the copy for the first
+(the weight's transpose), `Widened` for the second: each block of columns (a gate's H) widened
+to whole lines.  `copied_reads` finds the weights to copy from a stage's blocks; `emit_transpose`
+and `emit_widen` write the copies, in parallel, before the levels.  The "forward" and "all"
+parts write them; "backward" reads the copies its forward wrote (the same parameters, this
+thread's arrays: `LevelPass`).  A GPU build takes plain transposes its host makes.
+
+Measured (Sapphire Rapids VM, 2 threads, TreeLSTM h = 150, training steps in one process):
+5-6% faster steps at batch 1-25, 7% at h = 300 (docs/training.md, "Speed").
+"""
+from __future__ import annotations
+
+import functools
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.script.ir_builder import tirx as Tb
+
+from . import ra
+from .adjoint_emit import Unsupported
+from .tir_builder import row_elements, uses
+
+
+#: float32 lanes in a 64-byte cache line
+LINE_LANES = 16
+
+
+class Transposed:
+    """The layout of a weight's copy that the level pass reads in place of the weight (rows, K)
+    where a vector runs along its rows, here a weight's transpose (`copied_reads`):
+    the recomputation's reads w[b * block + inner, k] (TreeLSTM's U[g * H + i, k] for gates_sum[n,
+    g, i]) become one contiguous load each.  With `block`, each block's columns of the copy are
+    widened to whole cache lines, so that every vector load of a register tile starts on a line:
+    a load across two lines costs two, and with h = 150 the plain transpose's rows (750 floats)
+    leave 7 of 8 of them across lines.  block None: the plain transpose (K, rows).
+
+    Example: w (10, 3) read as w[g * 5 + i, k] (block 5): its transpose is (3, 32), each block
+    of 5 columns padded to 16; w[7, k] (g = 1, i = 2) lies at [k, 18]."""
+
+    def __init__(self, weight_shape, block=None):
+        self.block = block
+        self.padded = None if block is None else -(-block // LINE_LANES) * LINE_LANES
+        rows = int(weight_shape[self.axis])
+        self.blocks = 1 if block is None else rows // block
+        self.shape = self._shape(*(int(d) for d in weight_shape),
+                                 rows if block is None else self.blocks * self.padded)
+
+    #: the weight's axis along which the vectors run (the copy's last)
+    axis = 0
+
+    @staticmethod
+    def _shape(rows, cols, columns):
+        return cols, columns
+
+    def index(self, indices, inner) -> list:
+        """The copy's indices of the weight's element at `indices` (expressions of the block's
+        axes, `inner` among them)."""
+        return [indices[1], self.column(indices[0], inner)]
+
+    def column(self, along, inner):
+        """The copy's column of the weight's index `along` (its `axis`): b * padded + inner for
+        along = b * block + inner."""
+        if self.block is None:
+            return along
+        analyzer = tvm.sym.Analyzer()
+        rest = analyzer.simplify(along - inner)
+        if uses(rest, inner) or not analyzer.can_prove(tirx.floormod(rest, self.block) == 0):
+            raise Unsupported(f"a copied weight's index {along} is not b * {self.block} + {inner}")
+        return analyzer.simplify(tirx.floordiv(rest, self.block)) * self.padded + inner
+
+
+class Widened(Transposed):
+    """`Transposed`'s blocks of columns without the transpose: the copy of a weight (K, rows)
+    that a backward nest reads with its vector along the weight's last axis, w[k, b * block +
+    inner] (TreeLSTM's d h[child, j, k] from U[g * H + i, j * H + k]: U (5H, 2H) -> (5H, 2 x
+    160) at h = 150, its rows and every block of them starting on a line).
+
+    Example: w (3, 10) read as w[k, g * 5 + i]: the copy is (3, 32), w[k, 7] at [k, 18]."""
+
+    axis = 1
+
+    @staticmethod
+    def _shape(rows, cols, columns):
+        return rows, columns
+
+    def index(self, indices, inner) -> list:
+        return [indices[0], self.column(indices[1], inner)]
+
+
+def copied_reads(emitter) -> tuple:
+    """({weight: (its stage buffer, block)}, {weight: block}): the 2-D weights some block of
+    `emitter`'s stage (`StageEmitter`) reads with the vector axis it writes along in their first
+    index only (TreeLSTM's U[g*H + i, j*H + k] computing gates_sum[n, g, i]), whose transposes the
+    recomputation reads (`Transposed`: a vector of lanes one contiguous load), and those it reads
+    as w[r, b * E + v] (v an axis of extent E, r free of v and of any node input), whose copies
+    with widened blocks the backward's nests along v read (`Widened`).  block: the vector
+    axis's extent E where every such read of the weight is b * E + the axis and E divides that
+    dimension (the copy's blocks of columns then start on cache lines), else None (transposes)
+    or no copy (`Widened`, as where E is a whole number of lines already)."""
+    transposed, blocks, widened = {}, {}, {}
+    analyzer = tvm.sym.Analyzer()
+
+    def block_of(along, var, extent, size):
+        rest = analyzer.simplify(along - var)
+        fits = (extent is not None and size % extent == 0 and not uses(rest, var)
+                and analyzer.can_prove(tirx.floormod(rest, extent) == 0))
+        return extent if fits else None
+
+    for block in emitter.blocks:
+        inner = block.out_indices[-1] if len(block.out_indices) > 1 else None
+        extents = {v: int(ext) for v, ext in block.axes if isinstance(ext, tvm.tirx.IntImm)}
+
+        def visit(ld):
+            key = next((k for k, buf in emitter.stage.placeholders.items() if buf.same_as(ld.source)), None)
+            if not isinstance(key, ra.Weight) or len(key.shape) != 2:
+                return
+            first, last = ld.indices
+            if inner is not None and uses(first, inner) and not uses(last, inner):
+                transposed[key] = emitter.stage.placeholders[key]
+                extent = next((e for v, e in extents.items() if v.same_as(inner)), None)
+                blocks.setdefault(key, set()).add(block_of(first, inner, extent, int(key.shape[0])))
+            if _has_load(first):                     # (an embedding's rows by word: never copied)
+                widened.setdefault(key, set()).add(None)
+                return
+            for var, extent in extents.items():
+                if uses(last, var) and not uses(first, var):
+                    fit = block_of(last, var, extent, int(key.shape[1]))
+                    if fit is not None:
+                        widened.setdefault(key, set()).add(fit)
+                        break
+        tvm_ffi.structural_walk(block.body, (tvm.ir.TensorLoad, visit), order="post")
+    single = {key: next(iter(found)) for key, found in widened.items() if len(found) == 1}
+    return ({key: (buf, next(iter(blocks[key])) if len(blocks[key]) == 1 else None)
+             for key, buf in transposed.items()},
+            {key: block for key, block in single.items() if block is not None and block % LINE_LANES})
+
+
+def _has_load(e) -> bool:
+    found = []
+    tvm_ffi.structural_walk(e, (tvm.ir.TensorLoad, lambda ld: found.append(ld)), order="post")
+    return bool(found)
+
+
+def emit_transpose(source, out, layout, tile: int = 16):
+    """out[c, layout.column(r)] = source[r, c] (`Transposed`), in tiles of `tile` x `tile`
+    elements (each tile's rows and columns a few cache lines) shared among the cores, a block
+    of the layout's at a time.  numpy's strided copy of TreeLSTM h=150's U (750 x 300) and W
+    (450 x 300, x = 300), on one core, cost 0.15-0.26 ms a training step more than this on Zen 4
+    (docs/training.md, "Speed")."""
+    rows, cols = (int(d) for d in source.shape)
+    block = rows if layout.block is None else layout.block
+    padded = rows if layout.block is None else layout.padded
+    row_tiles = -(-block // tile)
+    with Tb.parallel(0, layout.blocks * row_tiles) as block_tile:
+        which, row_tile = (0, block_tile) if layout.blocks == 1 else (block_tile // row_tiles, block_tile % row_tiles)
+        with Tb.serial(0, -(-cols // tile)) as col_tile:
+            with Tb.grid(tile, tile) as (c, r):
+                row, col = row_tile * tile + r, col_tile * tile + c
+                inside = [bound for bound, extent in ((row < block, block), (col < cols, cols)) if extent % tile]
+                store = functools.partial(Tb.buffer_store, out, source[which * block + row, col],
+                                          [col, which * padded + row])
+                if inside:
+                    with Tb.If(tvm.tirx.all(*inside)):
+                        with Tb.Then():
+                            store()
+                else:
+                    store()
+
+
+def emit_widen(source, out, layout, lanes):
+    """out[r, b * layout.padded + i] = source[r, b * layout.block + i] (`Widened`), the rows
+    shared among the cores."""
+    with Tb.parallel(0, int(source.shape[0])) as row:
+        with Tb.serial(0, layout.blocks) as which:
+            row_elements([layout.block], lanes, lambda ix: Tb.buffer_store(
+                out, source[row, which * layout.block + ix[0]], [row, which * layout.padded + ix[0]]))
