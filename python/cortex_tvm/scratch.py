@@ -48,7 +48,7 @@ def held_rows(held: dict, key, count: int, row_shape) -> np.ndarray:
 def aligned_zeros(shape, line: int = 64) -> np.ndarray:
     """A float32 array of zeros whose first element starts on a `line`-byte boundary (numpy's
     own start 16 bytes into a line): a row of a multiple of `line` bytes then starts on one too,
-    which a compiled loop's vector loads need to stay inside a line (`adjoint_emit.Transposed`)."""
+    which a compiled loop's vector loads need to stay inside a line (`adjoint_copies.Transposed`)."""
     count = int(np.prod(shape))
     raw = np.zeros(count + line // 4, np.float32)
     start = (-raw.ctypes.data % line) // 4

@@ -52,7 +52,7 @@ def as_serial(func):
 def _serial_gpu_functions(level_pass):
     """Make `level_pass` (a CPU one) run its parts' GPU functions, serialized, on this CPU, with
     the GPU build's parameters: the CPU's but its weights' copies with widened blocks (a CPU's
-    cache lines: `adjoint_emit.Widened`), its transposes plain."""
+    cache lines: `adjoint_copies.Widened`), its transposes plain."""
     built = {}
     _, gpu_params = level_pass.build("forward", True, gpu=True)
     assert [p[:4] for p in gpu_params if p[0] != "transposed"] == [p[:4] for p in level_pass.params

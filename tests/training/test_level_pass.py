@@ -137,8 +137,9 @@ def test_the_backward_reads_the_forwards_copy_with_widened_blocks():
     """TreeLSTM h = 6's backward reads U (5h, 2h) along its last axis (d h[child, j, k] from
     U[g * h + i, j * h + k]) and W (3h, x) along x: the forward and the recomputing pass copy
     each with its blocks of columns widened to lines (`Widened`: U_lines (30, 2 x 16), W_lines
-    (18, 16)), and the backward reads the copy, never writing it: poisoned between the forward and the
-    pullback, every gradient is NaN (U's copy: every node's child adjoints; the embedding's
+    (18, 16)), and the backward reads the copy, never writing it or reading its pad columns: with these
+    poisoned (NaN) between the forward and the pullback, the gradients are the numpy pass's; with the
+    whole copies poisoned, every gradient is NaN (U's copy: every node's child adjoints; the embedding's
     rows the batch reads); the recomputing pass writes its own and is the numpy pass's."""
     trees, vocab = ct.data.sst_sample()
     model = ct.models.TreeLSTM(hidden_size=6, embed_size=5, vocab_size=len(vocab), seed=1)
@@ -153,9 +154,16 @@ def test_the_backward_reads_the_forwards_copy_with_widened_blocks():
     states = model.numpy_forward(lin)
     d_states = random_adjoints(states, 2)
     want = numpy_gradients(model, lin, states, d_states)
+    widened = {p[1].name: position for position, p in enumerate(params) if p[0] == "widened"}
     kept, token = compiled.forward(lin, model.weights)
-    widened = [position for position, p in enumerate(params) if p[0] == "widened"]
-    for position in widened:
+    for name, block in (("U", 6), ("W", 5)):             # the pad columns alone: never read
+        copy = compiled.level_pass._arrays.by_param[widened[name]]
+        copy[:, np.arange(copy.shape[1]) % 16 >= block] = np.nan
+    got = compiled.vjp(lin, kept, model.weights, [d.copy() for d in d_states], forwarded=token)
+    assert compiled.level_pass.last_run[0] == "backward"
+    assert_same_gradients(got, want, "pads poisoned")
+    kept, token = compiled.forward(lin, model.weights)
+    for position in widened.values():
         compiled.level_pass._arrays.by_param[position].fill(np.nan)
     got = compiled.vjp(lin, kept, model.weights, [d.copy() for d in d_states], forwarded=token)
     assert compiled.level_pass.last_run[0] == "backward" and all(np.isnan(got[w]).all() for w in ("W", "bW", "U", "bU"))
