@@ -8,23 +8,12 @@ import os, sys, time, contextlib
 os.environ.setdefault("TVM_NUM_THREADS", "2"); os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np, torch
 import cortex_tvm as ct
-from cortex_tvm import adjoint_kernel
+from same_bits import old_code       # (this folder's: the code before, restored while built)
 torch.set_num_threads(2)
 B, which = int(sys.argv[1]), sys.argv[2]
 H = int(sys.argv[3]) if len(sys.argv) > 3 else 150
 mcpu = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
 name = sys.argv[5] if len(sys.argv) > 5 else "treelstm"
-
-@contextlib.contextmanager
-def old_code():
-    """the code before: plain transposes (`Transposed` without blocks) and no widened copies"""
-    real_t, real_c = adjoint_kernel.Transposed, adjoint_kernel.copied_reads
-    adjoint_kernel.Transposed = lambda shape, block=None: real_t(shape, None)
-    adjoint_kernel.copied_reads = lambda e: (real_c(e)[0], {})
-    try:
-        yield
-    finally:
-        adjoint_kernel.Transposed, adjoint_kernel.copied_reads = real_t, real_c
 
 trees, vocab = ct.data.sst_sample()
 import inspect
