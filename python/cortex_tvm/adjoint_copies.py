@@ -71,10 +71,17 @@ class Transposed:
         if self.block is None:
             return along
         analyzer = tvm.sym.Analyzer()
-        rest = analyzer.simplify(along - inner)
-        if uses(rest, inner) or not analyzer.can_prove(tirx.floormod(rest, self.block) == 0):
+        rest = _block_start(analyzer, along, inner, self.block)
+        if rest is None:
             raise Unsupported(f"a copied weight's index {along} is not b * {self.block} + {inner}")
         return analyzer.simplify(tirx.floordiv(rest, self.block)) * self.padded + inner
+
+
+def _block_start(analyzer, along, var, block):
+    """`along` - `var` where that is a multiple of `block` free of `var` (along = b * block +
+    var), else None."""
+    rest = analyzer.simplify(along - var)
+    return None if uses(rest, var) or not analyzer.can_prove(tirx.floormod(rest, block) == 0) else rest
 
 
 class Widened(Transposed):
@@ -109,9 +116,7 @@ def copied_reads(emitter) -> tuple:
     analyzer = tvm.sym.Analyzer()
 
     def block_of(along, var, extent, size):
-        rest = analyzer.simplify(along - var)
-        fits = (extent is not None and size % extent == 0 and not uses(rest, var)
-                and analyzer.can_prove(tirx.floormod(rest, extent) == 0))
+        fits = extent is not None and size % extent == 0 and _block_start(analyzer, along, var, extent) is not None
         return extent if fits else None
 
     for block in emitter.blocks:
@@ -127,7 +132,7 @@ def copied_reads(emitter) -> tuple:
                 transposed[key] = emitter.stage.placeholders[key]
                 extent = next((e for v, e in extents.items() if v.same_as(inner)), None)
                 blocks.setdefault(key, set()).add(block_of(first, inner, extent, int(key.shape[0])))
-            if _has_load(first):                     # (an embedding's rows by word: never copied)
+            if emitter.reads_node(ld):               # (an embedding's rows by word: never copied)
                 widened.setdefault(key, set()).add(None)
                 return
             for var, extent in extents.items():
@@ -141,12 +146,6 @@ def copied_reads(emitter) -> tuple:
     return ({key: (buf, next(iter(blocks[key])) if len(blocks[key]) == 1 else None)
              for key, buf in transposed.items()},
             {key: block for key, block in single.items() if block is not None and block % LINE_LANES})
-
-
-def _has_load(e) -> bool:
-    found = []
-    tvm_ffi.structural_walk(e, (tvm.ir.TensorLoad, lambda ld: found.append(ld)), order="post")
-    return bool(found)
 
 
 def emit_transpose(source, out, layout, tile: int = 16):
