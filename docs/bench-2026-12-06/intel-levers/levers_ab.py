@@ -1,0 +1,85 @@
+# In-process A/B of the training step (as_torch(sparse=True) + ct.optim.Adagrad, DGL's groups), arm "new" against arm
+# "old" (the code as it is).  Run from the repo root: python levers_ab.py recip|split BATCH [H [MODEL]]; alternating
+# rounds on 10 batches of BATCH SST trees; per round the median step; printed: the median over rounds 3..14.
+#   recip: "new" builds the level pass with sigmoid and tanh as 1 / d by three Newton steps from the exponent trick's
+#          first guess (no vdivps); "old" as fast_math.py has them (a division).
+#   split: "new" builds the training forward with every contraction on shares of the *nodes*
+#          (adjoint_nest.SPLIT_WEIGHT_BYTES past any weight), so that each core's elementwise part reads the gates it
+#          wrote itself; "old": U's and W's products split by columns, the elementwise part by nodes.
+# (levers.txt's runs were made as recip_ab.py and split_ab.py: this script's two arms, the same code, before they were
+# one file; run_all.sh names it as it is now.)
+import os, sys, time, contextlib
+os.environ.setdefault("TVM_NUM_THREADS", "2"); os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import numpy as np, torch
+import cortex_tvm as ct
+from cortex_tvm import adjoint_nest, fast_math as fm
+from tvm import tirx
+_f = fm._f
+def recip(d, steps=3):
+    # d in [1, 1e35]: 1/d by Newton's iteration from the exponent trick's first guess
+    def body(dv):
+        r = tirx.reinterpret("float32", tirx.const(0x7EF311C3, "int32") - tirx.reinterpret("int32", dv))
+        for i in range(steps):
+            r = fm._let(f"rcp_{i}", r, lambda rv: rv + rv * (_f(1.0) - dv * rv))
+        return r
+    return fm._let("rcp_d", d, body)
+def sig(x): return recip(_f(1.0) + fm.fast_exp(tirx.min(-x, _f(80.0))))
+def tanh(x): return _f(2.0) * recip(_f(1.0) + fm.fast_exp(tirx.min(_f(-2.0) * x, _f(80.0)))) - _f(1.0)
+torch.set_num_threads(2)
+ARM = sys.argv.pop(1)
+B = int(sys.argv[1]); H = int(sys.argv[2]) if len(sys.argv) > 2 else 150
+name = sys.argv[3] if len(sys.argv) > 3 else "treelstm"
+trees, vocab = ct.data.sst_sample()
+import inspect
+make = ct.models.BY_NAME[name]
+width = {"embed_size": 300} if "embed_size" in inspect.signature(make).parameters else {}
+@contextlib.contextmanager
+def recip_code():
+    old = dict(fm._REWRITES)
+    fm._REWRITES["tirx.sigmoid"] = sig; fm._REWRITES["tirx.tanh"] = tanh
+    try: yield
+    finally: fm._REWRITES.update(old)
+@contextlib.contextmanager
+def split_code():
+    before = adjoint_nest.SPLIT_WEIGHT_BYTES
+    adjoint_nest.SPLIT_WEIGHT_BYTES = 1 << 40
+    try: yield
+    finally: adjoint_nest.SPLIT_WEIGHT_BYTES = before
+new_code = {"recip": recip_code, "split": split_code}[ARM]
+arms = {}
+for arm in ("new", "old"):
+    model = make(hidden_size=H, vocab_size=len(vocab), seed=0, **width)
+    with (new_code() if arm == "new" else contextlib.nullcontext()):
+        compiled = model.compile(training=True)
+        for part in ("forward", "backward", "all"):
+            compiled.adjoint.level_pass.function(part, True)
+    module = compiled.as_torch(sparse=True)
+    params = dict(module.named_parameters())
+    rest = [v for k, v in params.items() if k != "emb"]
+    opt = ct.optim.Adagrad([{"params": rest, "lr": 0.05, "weight_decay": 1e-4},
+                            {"params": [params["emb"]], "lr": 0.005}], target=compiled.target)
+    arms[arm] = (module, opt)
+R = torch.from_numpy(np.random.default_rng(1).standard_normal((B, H)).astype(np.float32))
+rng = np.random.default_rng(0)
+batches = [[trees[i] for i in rng.permutation(len(trees))[:B]] for _ in range(10)]
+outs = {}
+for arm, (module, opt) in arms.items():
+    opt.zero_grad(); out = module(batches[0]); (out * R).sum().backward()
+    outs[arm] = (out.detach().numpy().copy(), {k: (p.grad.to_dense() if p.grad.is_sparse else p.grad).numpy().copy() for k, p in module.named_parameters()})
+rel = max(float(np.abs(outs["new"][1][k] - outs["old"][1][k]).max() / np.abs(outs["old"][1][k]).max()) for k in outs["new"][1])
+print(f"forward max diff {np.abs(outs['new'][0] - outs['old'][0]).max():.2e}, max gradient rel difference {rel:.2e}")
+steps = {arm: [] for arm in arms}
+for round_ in range(14):
+    for arm, (module, opt) in arms.items():
+        times = []
+        for batch in batches:
+            opt.zero_grad()
+            start = time.perf_counter()
+            (module(batch) * R).sum().backward()
+            opt.step()
+            times.append(time.perf_counter() - start)
+        if round_ >= 2: steps[arm].append(np.median(times))
+for arm, values in steps.items():
+    print(f"{name} h={H} B={B}: {arm:4s} step {1e3 * np.median(values):.3f} ms (rounds {1e3 * min(values):.3f}-{1e3 * max(values):.3f})")
+n, o = np.median(steps["new"]), np.median(steps["old"])
+print(f"new/old {n / o - 1:+.1%}")
