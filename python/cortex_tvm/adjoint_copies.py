@@ -1,19 +1,23 @@
 """The copies of its weights that the level pass reads in place of them (`adjoint_kernel.level_pass`):
 their layouts, which reads take them, and the loop nests that write them at the start of a pass.
 
-A register tile loads a vector of a weight's row at every step of its sum.  Two things make
+A register tile loads a vector of a weight's row at every step of its sum.  Three things make
 that load slow where it reads the weight as it lies: a vector along the weight's first axis
-(TreeLSTM's U[g*H + i, k] computing gates_sum[n, g, i]) is not contiguous, and a row whose
-length is not a whole number of 64-byte cache lines (750 floats at h = 150) starts most
-vectors inside a line, so that each load touches two.  `Transposed` is the copy for the first
-(the weight's transpose), `Widened` for the second: each block of columns (a gate's H) widened
-to whole lines.  `copied_reads` finds the weights to copy from a stage's blocks; `emit_transpose`
-and `emit_widen` write the copies, in parallel, before the levels.  The "forward" and "all"
-parts write them; "backward" reads the copies its forward wrote (the same parameters, this
-thread's arrays: `LevelPass`).  A GPU build takes plain transposes its host makes.
+(TreeLSTM's U[g*H + i, k] computing gates_sum[n, g, i]) is not contiguous; a row whose length
+is not a whole number of 64-byte cache lines (750 floats at h = 150) starts most vectors inside a
+line, so that each load touches two; and the steps of the sum, one row each, lie a row apart
+(3 KB), which the hardware's prefetchers follow worse than one stream.  `Transposed` is the copy
+for the first (the weight's transpose), `Widened` for the second; both lay each block of columns
+(a gate's H) out in panels of a line's width, every row of a panel after the last, so that a
+tile's loads run through memory in order.  `copied_reads` finds the weights to copy from a
+stage's blocks; `emit_transpose` and `emit_widen` write the copies, in parallel, before the
+levels.  The "forward" and "all" parts write them; "backward" reads the copies its forward wrote
+(the same parameters, this thread's arrays: `LevelPass`).  A GPU build takes plain transposes
+its host makes.
 
-Measured (Sapphire Rapids VM, 2 threads, TreeLSTM h = 150, training steps in one process):
-5-6% faster steps at batch 1-25, 7% at h = 300 (docs/training.md, "Speed").
+Measured (Sapphire Rapids VM, 2 threads, TreeLSTM h = 150, training steps in one process): 5-6%
+faster steps at batch 1-25 with blocks on lines, 7% at h = 300; panels a further 3-4%
+(docs/training.md, "Speed").
 """
 from __future__ import annotations
 
@@ -29,52 +33,52 @@ from .adjoint_emit import Unsupported
 from .tir_builder import row_elements, uses
 
 
-#: float32 lanes in a 64-byte cache line
+#: float32 lanes in a 64-byte cache line: the width of the copies' panels
 LINE_LANES = 16
 
 
 class Transposed:
-    """The layout of a weight's copy that the level pass reads in place of the weight (rows, K)
-    where a vector runs along its rows, here a weight's transpose (`copied_reads`):
-    the recomputation's reads w[b * block + inner, k] (TreeLSTM's U[g * H + i, k] for gates_sum[n,
-    g, i]) become one contiguous load each.  With `block`, each block's columns of the copy are
-    widened to whole cache lines, so that every vector load of a register tile starts on a line:
-    a load across two lines costs two, and with h = 150 the plain transpose's rows (750 floats)
-    leave 7 of 8 of them across lines.  block None: the plain transpose (K, rows).
+    """The layout of a weight's copy that the level pass reads in place of the weight where a
+    vector runs along one axis of it (`axis`: here the first, a transpose): the recomputation's
+    reads w[b * block + inner, k] (TreeLSTM's U[g * H + i, k] for gates_sum[n, g, i]) become
+    contiguous loads.  With `block`, each block's `block` columns are widened to whole cache
+    lines (`padded`) and laid out in panels of LINE_LANES columns, (panels, K, LINE_LANES): a
+    vector of a tile's chunk lies in one panel, and the steps of its sum (k) follow one another
+    in memory.  block None: the plain transpose (K, rows) (a GPU's).
 
-    Example: w (10, 3) read as w[g * 5 + i, k] (block 5): its transpose is (3, 32), each block
-    of 5 columns padded to 16; w[7, k] (g = 1, i = 2) lies at [k, 18]."""
-
-    def __init__(self, weight_shape, block=None):
-        self.block = block
-        self.padded = None if block is None else -(-block // LINE_LANES) * LINE_LANES
-        rows = int(weight_shape[self.axis])
-        self.blocks = 1 if block is None else rows // block
-        self.shape = self._shape(*(int(d) for d in weight_shape),
-                                 rows if block is None else self.blocks * self.padded)
+    Example: w (10, 3) read as w[g * 5 + i, k] (block 5): its copy is (2, 3, 16), one panel per
+    block of 5 padded to 16; w[7, k] (g = 1, i = 2) lies at [1, k, 2]."""
 
     #: the weight's axis along which the vectors run (the copy's last)
     axis = 0
 
-    @staticmethod
-    def _shape(rows, cols, columns):
-        return cols, columns
+    def __init__(self, weight_shape, block=None):
+        self.block = block
+        self.padded = None if block is None else -(-block // LINE_LANES) * LINE_LANES
+        rows, other = int(weight_shape[self.axis]), int(weight_shape[1 - self.axis])
+        self.blocks = 1 if block is None else rows // block
+        self.shape = ((other, rows) if block is None
+                      else (self.blocks * self.padded // LINE_LANES, other, LINE_LANES))
+
+    def at(self, which, inner, other) -> list:
+        """The copy's indices of the weight's element `inner` of block `which` along `axis`,
+        `other` along the other axis."""
+        if self.block is None:               # (one block: `which` is 0)
+            return [other, inner]
+        return [which * (self.padded // LINE_LANES) + tirx.floordiv(inner, LINE_LANES), other,
+                tirx.floormod(inner, LINE_LANES)]
 
     def index(self, indices, inner) -> list:
         """The copy's indices of the weight's element at `indices` (expressions of the block's
-        axes, `inner` among them)."""
-        return [indices[1], self.column(indices[0], inner)]
-
-    def column(self, along, inner):
-        """The copy's column of the weight's index `along` (its `axis`): b * padded + inner for
-        along = b * block + inner."""
+        axes, `inner` among them): indices[axis] = b * block + inner."""
+        along, other = indices[self.axis], indices[1 - self.axis]
         if self.block is None:
-            return along
+            return self.at(0, along, other)
         analyzer = tvm.sym.Analyzer()
         rest = _block_start(analyzer, along, inner, self.block)
         if rest is None:
             raise Unsupported(f"a copied weight's index {along} is not b * {self.block} + {inner}")
-        return analyzer.simplify(tirx.floordiv(rest, self.block)) * self.padded + inner
+        return self.at(analyzer.simplify(tirx.floordiv(rest, self.block)), inner, other)
 
 
 def _block_start(analyzer, along, var, block):
@@ -85,21 +89,14 @@ def _block_start(analyzer, along, var, block):
 
 
 class Widened(Transposed):
-    """`Transposed`'s blocks of columns without the transpose: the copy of a weight (K, rows)
-    that a backward nest reads with its vector along the weight's last axis, w[k, b * block +
-    inner] (TreeLSTM's d h[child, j, k] from U[g * H + i, j * H + k]: U (5H, 2H) -> (5H, 2 x
-    160) at h = 150, its rows and every block of them starting on a line).
+    """`Transposed`'s panels without the transpose: the copy of a weight (K, rows) that a
+    backward nest reads with its vector along the weight's last axis, w[k, b * block + inner]
+    (TreeLSTM's d h[child, j, k] from U[g * H + i, j * H + k]: U (5H, 2H) -> (2 x 160 / 16, 5H,
+    16) at h = 150, each block of a row's columns widened to lines and cut into panels).
 
-    Example: w (3, 10) read as w[k, g * 5 + i]: the copy is (3, 32), w[k, 7] at [k, 18]."""
+    Example: w (3, 10) read as w[k, g * 5 + i]: the copy is (2, 3, 16), w[k, 7] at [1, k, 2]."""
 
     axis = 1
-
-    @staticmethod
-    def _shape(rows, cols, columns):
-        return rows, columns
-
-    def index(self, indices, inner) -> list:
-        return [indices[0], self.column(indices[1], inner)]
 
 
 def copied_reads(emitter) -> tuple:
@@ -149,14 +146,13 @@ def copied_reads(emitter) -> tuple:
 
 
 def emit_transpose(source, out, layout, tile: int = 16):
-    """out[c, layout.column(r)] = source[r, c] (`Transposed`), in tiles of `tile` x `tile`
-    elements (each tile's rows and columns a few cache lines) shared among the cores, a block
-    of the layout's at a time.  numpy's strided copy of TreeLSTM h=150's U (750 x 300) and W
-    (450 x 300, x = 300), on one core, cost 0.15-0.26 ms a training step more than this on Zen 4
+    """out[layout.at(b, r, c)] = source[b * block + r, c] (`Transposed`), in tiles of `tile` x
+    `tile` elements (each tile's rows and columns a few cache lines) shared among the cores, a
+    block of the layout's at a time.  numpy's strided copy of TreeLSTM h=150's U (750 x 300) and
+    W (450 x 300, x = 300), on one core, cost 0.15-0.26 ms a training step more than this on Zen 4
     (docs/training.md, "Speed")."""
     rows, cols = (int(d) for d in source.shape)
     block = rows if layout.block is None else layout.block
-    padded = rows if layout.block is None else layout.padded
     row_tiles = -(-block // tile)
     with Tb.parallel(0, layout.blocks * row_tiles) as block_tile:
         which, row_tile = (0, block_tile) if layout.blocks == 1 else (block_tile // row_tiles, block_tile % row_tiles)
@@ -165,7 +161,7 @@ def emit_transpose(source, out, layout, tile: int = 16):
                 row, col = row_tile * tile + r, col_tile * tile + c
                 inside = [bound for bound, extent in ((row < block, block), (col < cols, cols)) if extent % tile]
                 store = functools.partial(Tb.buffer_store, out, source[which * block + row, col],
-                                          [col, which * padded + row])
+                                          layout.at(which, row, col))
                 if inside:
                     with Tb.If(tvm.tirx.all(*inside)):
                         with Tb.Then():
@@ -175,9 +171,9 @@ def emit_transpose(source, out, layout, tile: int = 16):
 
 
 def emit_widen(source, out, layout, lanes):
-    """out[r, b * layout.padded + i] = source[r, b * layout.block + i] (`Widened`), the rows
-    shared among the cores."""
+    """out[layout.at(b, i, r)] = source[r, b * layout.block + i] (`Widened`), the rows shared
+    among the cores."""
     with Tb.parallel(0, int(source.shape[0])) as row:
         with Tb.serial(0, layout.blocks) as which:
             row_elements([layout.block], lanes, lambda ix: Tb.buffer_store(
-                out, source[row, which * layout.block + ix[0]], [row, which * layout.padded + ix[0]]))
+                out, source[row, which * layout.block + ix[0]], layout.at(which, ix[0], row)))

@@ -78,12 +78,12 @@ def _tree_fc_pass(parallel=True):
 def test_the_passes_that_compute_values_transpose_the_weights_themselves():
     """The values' computation reads TreeFC's W (16 x 16) transposed, one vector per load: the
     "all" and "forward" parts write W_T from W first, in a parallel loop over tiles of 16 rows
-    of W (the host copies nothing: the array is the function's own scratch); "backward", which
-    computes no value, neither writes nor reads it."""
+    of W, into one panel (1, 16, 16) (the host copies nothing: the array is the function's own
+    scratch); "backward", which computes no value, neither writes nor reads it."""
     model = ct.models.TreeFC(hidden_size=16, vocab_size=20)
     stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
     numpy_stages = {n: StageNumpy(s) for n, s in stages.items()}
-    transpose = "W_T[v_6 * 16 + v_7, v_5 * 16 + v_8] = W[v_5 * 16 + v_8, v_6 * 16 + v_7]"
+    transpose = "W_T[(v_5 * 16 + v_8) // 16, v_6 * 16 + v_7, (v_5 * 16 + v_8) % 16] = W[v_5 * 16 + v_8, v_6 * 16 + v_7]"
     for part in ("all", "forward", "backward"):
         func, params = adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=8, parallel=True,
                                                  cores=3, part=part)
@@ -98,46 +98,49 @@ def test_the_passes_that_compute_values_transpose_the_weights_themselves():
         assert [p[1].name for p in params if p[0] == "transposed"] == ["W"]      # every part takes it
 
 
-def test_a_transpose_starts_each_block_of_columns_on_a_cache_line():
+def test_a_transpose_lays_each_block_of_columns_out_in_panels_of_a_line():
     """TreeLSTM h = 6 reads U (5h, 2h) as U[g * h + i, j * h + k] for gates_sum[n, g, i]: its
-    transpose is (2h, 5 x 16), gate g's 6 columns from column 16 g on (a 64-byte line), which
-    the transposing loop writes and the tiles read (the pad columns are never read: the poisoned
-    pool above holds NaN there); W (3h, x), read as W[g * h + i, e], likewise.  A GPU build,
-    whose host transposes, keeps the plain (2h, 5h)."""
+    transpose is (5, 2h, 16), gate g's 6 columns in panel g (a 64-byte line a row, the rows one
+    after the other), which the transposing loop writes and the tiles read (the pad columns are
+    never read: the poisoned pool above holds NaN there); W (3h, x), read as W[g * h + i, e],
+    likewise.  A GPU build, whose host transposes, keeps the plain (2h, 5h)."""
     model = ct.models.TreeLSTM(hidden_size=6, embed_size=5, vocab_size=20)
     stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
     numpy_stages = {n: StageNumpy(s) for n, s in stages.items()}
     func, params = adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=8, cores=2, part="forward")
-    assert {p[1].name: p[2] for p in params if p[0] == "transposed"} == {"U": (12, 80), "W": (5, 48)}
+    assert {p[1].name: p[2] for p in params if p[0] == "transposed"} == {"U": (5, 12, 16), "W": (3, 5, 16)}
     text = func.script()
-    for weight in ("U", "W"):          # one tile of 16 rows a gate (h = 6): row r of gate g to column 16 g + r
+    for weight in ("U", "W"):          # one tile of 16 rows a gate (h = 6): row r of gate g to panel g, lane r
         writes = re.findall(weight + r"_T\[(.*)\] = " + weight + r"\[(.*)\]", text)
-        assert writes == [("v_6 * 16 + v_7, v_5 * 16 + v_8", "v_5 * 6 + v_8, v_6 * 16 + v_7")], writes
-    columns = set(re.findall(r"U_T\[[^,]+, ([^\]]+)\]", after_transposes(text)))
-    assert columns and all(re.fullmatch(r"v_\d+ \* 16 \+ v_\d+", c) for c in columns), columns
+        assert writes == [("v_5 + v_8 // 16, v_6 * 16 + v_7, v_8 % 16", "v_5 * 6 + v_8, v_6 * 16 + v_7")], writes
+    reads = set(re.findall(r"U_T\[([^\]]+)\]", after_transposes(text)))
+    assert reads and all(re.fullmatch(r"v_(\d+) \+ v_(\d+) // 16, [^,]+, v_\2 % 16", r) for r in reads), reads
     _, gpu_params = adjoint_kernel.level_pass(stages, numpy_stages, model.program, part="forward", gpu=True)
     assert {p[1].name: p[2] for p in gpu_params if p[0] == "transposed"} == {"U": (12, 30), "W": (5, 18)}
 
 
 def test_the_transposed_layout():
-    """`Transposed`'s own example: w (10, 3) read as w[g * 5 + i, k] has a (3, 32) transpose and
-    w[7, k] at its column 18; a row not of the form b * 5 + i is refused (the numpy pass runs)."""
-    g, i = tvm.tirx.Var("g", "int32"), tvm.tirx.Var("i", "int32")
+    """`Transposed`'s own example: w (10, 3) read as w[g * 5 + i, k] has a (2, 3, 16) copy, a panel
+    a block, and w[7, k] at [1, k, 2]; a row not of the form b * 5 + i is refused (the numpy pass
+    runs); without a block, the plain transpose (3, 10)."""
+    g, i, k = (tvm.tirx.Var(n, "int32") for n in "gik")
     layout = Transposed((10, 3), 5)
-    assert layout.shape == (3, 32) and (layout.blocks, layout.padded) == (2, 16)
-    column = layout.column(g * 5 + i, i)
-    assert tvm.sym.Analyzer().simplify(tvm.tirx.Let(g, 1, tvm.tirx.Let(i, 2, column))).value == 18
-    assert str(layout.column(g * 5 + i, i)) == "g * 16 + i"
+    assert layout.shape == (2, 3, 16) and (layout.blocks, layout.padded) == (2, 16)
+    index = layout.index([g * 5 + i, k], i)
+    assert [str(e) for e in index] == ["g + i // 16", "k", "i % 16"]
+    at_7 = [tvm.sym.Analyzer().simplify(tvm.tirx.Let(g, 1, tvm.tirx.Let(i, 2, e))) for e in (index[0], index[2])]
+    assert [e.value for e in at_7] == [1, 2] and index[1].same_as(k)
     with pytest.raises(Unsupported, match="not b \\* 5"):
-        layout.column(g * 3 + i, i)
-    assert Transposed((10, 3)).shape == (3, 10) and Transposed((10, 3)).column(g, i).same_as(g)
+        layout.index([g * 3 + i, k], i)
+    plain = Transposed((10, 3))
+    assert plain.shape == (3, 10) and [e.same_as(v) for e, v in zip(plain.index([g, k], i), (k, g))] == [True, True]
 
 
 def test_the_backward_reads_the_forwards_copy_with_widened_blocks():
     """TreeLSTM h = 6's backward reads U (5h, 2h) along its last axis (d h[child, j, k] from
     U[g * h + i, j * h + k]) and W (3h, x) along x: the forward and the recomputing pass copy
-    each with its blocks of columns widened to lines (`Widened`: U_lines (30, 2 x 16), W_lines
-    (18, 16)), and the backward reads the copy, never writing it or reading its pad columns: with these
+    each with its blocks of columns widened to lines, in panels (`Widened`: U_lines (2, 30, 16), W_lines
+    (1, 18, 16)), and the backward reads the copy, never writing it or reading its pad columns: with these
     poisoned (NaN) between the forward and the pullback, the gradients are the numpy pass's; with the
     whole copies poisoned, every gradient is NaN (U's copy: every node's child adjoints; the embedding's
     rows the batch reads); the recomputing pass writes its own and is the numpy pass's."""
@@ -145,20 +148,22 @@ def test_the_backward_reads_the_forwards_copy_with_widened_blocks():
     model = ct.models.TreeLSTM(hidden_size=6, embed_size=5, vocab_size=len(vocab), seed=1)
     compiled = Adjoint(model.program, model.linearize, make_target("llvm"))
     params = compiled.level_pass.params
-    assert {p[1].name: p[2] for p in params if p[0] == "widened"} == {"U": (30, 32), "W": (18, 16)}
+    assert {p[1].name: p[2] for p in params if p[0] == "widened"} == {"U": (2, 30, 16), "W": (1, 18, 16)}
     texts = {part: compiled.level_pass.build(part, True)[0].script() for part in ("forward", "backward", "all")}
     for part, text in texts.items():
-        assert (re.search(r"U_lines\[v_\d+, v_\d+ \* 16 \+ v_\d+\] = U\[", text) is not None) == (part != "backward")
-        assert (re.search(r"\* U_lines\[[^,]+, v_\d+ \* 16 \+ ", text) is not None) == (part != "forward"), part
+        assert (re.search(r"U_lines\[v_\d+ \+ v_\d+ // 16, v_\d+, v_\d+ % 16\] = U\[", text) is not None) \
+            == (part != "backward")
+        assert (re.search(r"\* U_lines\[v_\d+ \+ v_\d+ // 16, [^,]+, v_\d+ % 16\]", text) is not None) \
+            == (part != "forward"), part
     lin = model.linearize(trees[:9])
     states = model.numpy_forward(lin)
     d_states = random_adjoints(states, 2)
     want = numpy_gradients(model, lin, states, d_states)
     widened = {p[1].name: position for position, p in enumerate(params) if p[0] == "widened"}
     kept, token = compiled.forward(lin, model.weights)
-    for name, block in (("U", 6), ("W", 5)):             # the pad columns alone: never read
+    for name, block in (("U", 6), ("W", 5)):             # the pad lanes alone (a panel a block): never read
         copy = compiled.level_pass._arrays.by_param[widened[name]]
-        copy[:, np.arange(copy.shape[1]) % 16 >= block] = np.nan
+        copy[..., np.arange(16) >= block] = np.nan
     got = compiled.vjp(lin, kept, model.weights, [d.copy() for d in d_states], forwarded=token)
     assert compiled.level_pass.last_run[0] == "backward"
     assert_same_gradients(got, want, "pads poisoned")
@@ -185,13 +190,13 @@ def test_the_forward_then_the_backward_equal_numpy(name, sst):
 
 
 def test_the_widened_layout():
-    """`Widened`'s own example: w (3, 10) read as w[k, g * 5 + i] has a (3, 32) copy, w[k, 7] at
-    its column 18."""
+    """`Widened`'s own example: w (3, 10) read as w[k, g * 5 + i] has a (2, 3, 16) copy, w[k, 7] at
+    [1, k, 2]."""
     g, i, k = (tvm.tirx.Var(n, "int32") for n in "gik")
     layout = Widened((3, 10), 5)
-    assert layout.shape == (3, 32)
-    row, column = layout.index([k, g * 5 + i], i)
-    assert row.same_as(k) and str(column) == "g * 16 + i"
+    assert layout.shape == (2, 3, 16)
+    panel, row, lane = layout.index([k, g * 5 + i], i)
+    assert row.same_as(k) and (str(panel), str(lane)) == ("g + i // 16", "i % 16")
 
 
 def test_the_level_pass_ir():
@@ -227,7 +232,8 @@ def test_the_level_pass_ir():
     # chunk's columns of W_T serve every tile of the run
     assert "for v_9, v_10 in T.grid(2, v_8):" in recompute
     assert "internal_internal_h_sum[v_6 + v_10 * 8 + v_11, v_9 * 8 + v_12] = buffer[v_11, v_12]" in recompute
-    assert "W_T[v_11, v_9 * 8 + v_13] * internal_child_sum[v_6 + v_10 * 8 + v_12, v_11]" in recompute
+    assert ("W_T[(v_9 * 8 + v_13) // 16, v_11, (v_9 * 8 + v_13) % 16] * internal_child_sum[v_6 + v_10 * 8 + v_12, "
+            "v_11]") in recompute
     assert "for v_10, v_11 in T.grid(2, v_9):" in levels
     assert ("d_internal_internal_h_sum[level_offsets[v - 2 - v_5] - level_offsets[1] + (v_7 + v_11 * 8 + v_13), v_12]"
             " * W[v_12, v_10 * 8 + v_14]") in levels

@@ -1,0 +1,71 @@
+# In-process A/B of the training step (as_torch(sparse=True) + ct.optim.Adagrad, DGL's groups): arm "new" the level
+# pass as it is (the weights' copies in panels of 16 columns), arm "old" with the copies as they were before (b366e8d's
+# adjoint_copies.py, read from git and put in place while that arm is built).  Run from the repo root:
+#   python panels_ab.py BATCH [H [MCPU|- [MODEL]]]
+# alternating rounds on 10 batches of BATCH SST trees; per round the median step; printed: the median over rounds 3..14.
+import os, sys, time, contextlib
+os.environ.setdefault("TVM_NUM_THREADS", "2"); os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import numpy as np, torch
+import cortex_tvm as ct
+from cortex_tvm import adjoint_kernel
+torch.set_num_threads(2)
+B = int(sys.argv[1]); H = int(sys.argv[2]) if len(sys.argv) > 2 else 150
+mcpu = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
+name = sys.argv[4] if len(sys.argv) > 4 else "treelstm"
+trees, vocab = ct.data.sst_sample()
+import inspect
+make = ct.models.BY_NAME[name]
+width = {"embed_size": 300} if "embed_size" in inspect.signature(make).parameters else {}
+@contextlib.contextmanager
+def old_code():
+    """The weights' copies as they were before panels (b366e8d's adjoint_copies.py, read from git), while built."""
+    import subprocess, types
+    source = subprocess.run(["git", "show", "b366e8d:python/cortex_tvm/adjoint_copies.py"], capture_output=True,
+                            text=True, check=True).stdout
+    old = types.ModuleType("cortex_tvm.adjoint_copies_before")
+    old.__package__ = "cortex_tvm"
+    exec(compile(source, "adjoint_copies_before.py", "exec"), old.__dict__)
+    names = ("Transposed", "Widened", "emit_transpose", "emit_widen", "copied_reads")
+    saved = {n: getattr(adjoint_kernel, n) for n in names}
+    for n in names:
+        setattr(adjoint_kernel, n, getattr(old, n))
+    try: yield
+    finally:
+        for n, v in saved.items(): setattr(adjoint_kernel, n, v)
+arms = {}
+for arm in ("new", "old"):
+    model = make(hidden_size=H, vocab_size=len(vocab), seed=0, **width)
+    with (old_code() if arm == "old" else contextlib.nullcontext()):
+        compiled = model.compile(training=True, target={"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm")
+        for part in ("forward", "backward", "all"):
+            compiled.adjoint.level_pass.function(part, True)
+    module = compiled.as_torch(sparse=True)
+    params = dict(module.named_parameters())
+    rest = [v for k, v in params.items() if k != "emb"]
+    opt = ct.optim.Adagrad([{"params": rest, "lr": 0.05, "weight_decay": 1e-4},
+                            {"params": [params["emb"]], "lr": 0.005}], target=compiled.target)
+    arms[arm] = (module, opt)
+R = torch.from_numpy(np.random.default_rng(1).standard_normal((B, H)).astype(np.float32))
+rng = np.random.default_rng(0)
+batches = [[trees[i] for i in rng.permutation(len(trees))[:B]] for _ in range(10)]
+outs = {}
+for arm, (module, opt) in arms.items():
+    opt.zero_grad(); out = module(batches[0]); (out * R).sum().backward()
+    outs[arm] = (out.detach().numpy().copy(), {k: (p.grad.to_dense() if p.grad.is_sparse else p.grad).numpy().copy() for k, p in module.named_parameters()})
+rel = max(float(np.abs(outs["new"][1][k] - outs["old"][1][k]).max() / np.abs(outs["old"][1][k]).max()) for k in outs["new"][1])
+print(f"forward max diff {np.abs(outs['new'][0] - outs['old'][0]).max():.2e}, max gradient rel difference {rel:.2e}")
+steps = {arm: [] for arm in arms}
+for round_ in range(14):
+    for arm, (module, opt) in arms.items():
+        times = []
+        for batch in batches:
+            opt.zero_grad()
+            start = time.perf_counter()
+            (module(batch) * R).sum().backward()
+            opt.step()
+            times.append(time.perf_counter() - start)
+        if round_ >= 2: steps[arm].append(np.median(times))
+for arm, values in steps.items():
+    print(f"{name} h={H} {mcpu or 'this CPU'} B={B}: {arm:4s} step {1e3 * np.median(values):.3f} ms (rounds {1e3 * min(values):.3f}-{1e3 * max(values):.3f})")
+n, o = np.median(steps["new"]), np.median(steps["old"])
+print(f"new/old {n / o - 1:+.1%}")
