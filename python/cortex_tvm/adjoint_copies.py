@@ -6,18 +6,19 @@ that load slow where it reads the weight as it lies: a vector along the weight's
 (TreeLSTM's U[g*H + i, k] computing gates_sum[n, g, i]) is not contiguous; a row whose length
 is not a whole number of 64-byte cache lines (750 floats at h = 150) starts most vectors inside a
 line, so that each load touches two; and the steps of the sum, one row each, lie a row apart
-(3 KB), which the hardware's prefetchers follow worse than one stream.  `Transposed` is the copy
-for the first (the weight's transpose), `Widened` for the second; both lay each block of columns
-(a gate's H) out in panels of a line's width, every row of a panel after the last, so that a
-tile's loads run through memory in order.  `copied_reads` finds the weights to copy from a
-stage's blocks; `emit_transpose` and `emit_widen` write the copies, in parallel, before the
-levels.  The "forward" and "all" parts write them; "backward" reads the copies its forward wrote
-(the same parameters, this thread's arrays: `LevelPass`).  A GPU build takes plain transposes
-its host makes.
+(3.2 KB), which the hardware's prefetchers follow worse than one stream.  `Transposed` is the
+copy for the first (the weight's transpose), `Widened` for a read along the last axis; both lay
+each block of columns (a gate's H) out in whole lines, in panels of a line's width, every row of
+a panel after the last, so that a tile's loads run through memory in order.  `copied_reads`
+finds the weights to copy from a stage's blocks; `emit_transpose` and `emit_widen` write the
+copies, in parallel, before the levels.  The "forward" and "all" parts write them; "backward"
+reads the copies its forward wrote (the same parameters, this thread's arrays: `LevelPass`).  A
+GPU build takes plain transposes its host makes.
 
-Measured (Sapphire Rapids VM, 2 threads, TreeLSTM h = 150, training steps in one process): 5-6%
-faster steps at batch 1-25 with blocks on lines, 7% at h = 300; panels a further 3-4%
-(docs/training.md, "Speed").
+Measured (Sapphire Rapids VM, 2 threads, TreeLSTM, training steps in one process): 5-6% faster
+steps at h = 150, batch 1-25, with blocks on lines, 7% at h = 300; panels a further 3-5% at h =
+150, 16.5% at h = 300; the backward's copy also where a block is a whole number of lines (it read
+the weight as it lies before): 2-4% at h = 128, 23% at h = 256 (docs/training.md, "Speed").
 """
 from __future__ import annotations
 
@@ -107,8 +108,8 @@ def copied_reads(emitter) -> tuple:
     as w[r, b * E + v] (v an axis of extent E, r free of v and of any node input), whose copies
     with widened blocks the backward's nests along v read (`Widened`).  block: the vector
     axis's extent E where every such read of the weight is b * E + the axis and E divides that
-    dimension (the copy's blocks of columns then start on cache lines), else None (transposes)
-    or no copy (`Widened`, as where E is a whole number of lines already)."""
+    dimension (the copy's blocks of columns then start on cache lines, in panels), else None
+    (transposes) or no copy (`Widened`)."""
     transposed, blocks, widened = {}, {}, {}
     analyzer = tvm.sym.Analyzer()
 
@@ -142,7 +143,7 @@ def copied_reads(emitter) -> tuple:
     single = {key: next(iter(found)) for key, found in widened.items() if len(found) == 1}
     return ({key: (buf, next(iter(blocks[key])) if len(blocks[key]) == 1 else None)
              for key, buf in transposed.items()},
-            {key: block for key, block in single.items() if block is not None and block % LINE_LANES})
+            {key: block for key, block in single.items() if block is not None})
 
 
 def emit_transpose(source, out, layout, tile: int = 16):

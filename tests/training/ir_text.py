@@ -3,8 +3,8 @@ import re
 
 
 def after_transposes(text: str) -> str:
-    """The function's text after its transposes of the weights (`W_T[c, r] = W[r, c]`), which
-    come first, each a parallel loop over tiles of rows (`adjoint_copies.emit_transpose`)."""
+    """The function's text after its copies of the weights (`W_T[p, c, l] = W[r, c]`, `W_lines[p, r, l] =
+    W[r, c]`: `adjoint_copies`), which come first, each a parallel loop (`emit_transpose`, `emit_widen`)."""
     lines = text.splitlines()
-    stores = [i for i, line in enumerate(lines) if re.match(r"\s+\w+_T\[.*\] = \w+\[", line)]
+    stores = [i for i, line in enumerate(lines) if re.match(r"\s+\w+_(T|lines)\[.*\] = \w+\[", line)]
     return "\n".join(lines[stores[-1] + 1:] if stores else lines)

@@ -204,8 +204,8 @@ def test_the_level_pass_ir():
     per core, in parallel, each in tiles of 8 nodes, then tiles of 1, 2 and 4; the product with
     W reads W's transpose, one vector per load, into an 8 x 8-lane accumulator, the run's whole
     tiles in turn inside each chunk of columns), then the levels from the top down (the product
-    with W in the other direction reads W itself), children's rows written except the null
-    node's, then the sums over every node that give dW and db; no weight written."""
+    with W in the other direction reads W's copy in a panel, W_lines), children's rows written
+    except the null node's, then the sums over every node that give dW and db; no weight written."""
     func, params = _tree_fc_pass()
     text = func.script()
     recompute, levels = text.split("for v_5 in range(v - 2):")             # the internal levels ...
@@ -236,7 +236,7 @@ def test_the_level_pass_ir():
             "v_11]") in recompute
     assert "for v_10, v_11 in T.grid(2, v_9):" in levels
     assert ("d_internal_internal_h_sum[level_offsets[v - 2 - v_5] - level_offsets[1] + (v_7 + v_11 * 8 + v_13), v_12]"
-            " * W[v_12, v_10 * 8 + v_14]") in levels
+            " * W_lines[(v_10 * 8 + v_14) // 16, v_12, (v_10 * 8 + v_14) % 16]") in levels
     assert "children[level_offsets[v - 2 - v_5] + (v_7 + v_10 * 8 + v_11), 1] != 0" in levels
     assert "T.vectorized(8)" in levels
     # dW[i, k] = sum over every internal node of d h_sum[n, i] * child_sum[n, k], a packed
@@ -265,7 +265,7 @@ def test_the_level_pass_ir():
     # tanh's derivative reads the recomputed value, not a second tanh
     assert "(T.float32(1.0) - internal_internal_h[level_offsets" in levels
     assert {p[0] for p in params} == {"level_offsets", "leaf_sources", "placeholder", "transposed", "state", "d_state",
-                                      "value", "adj", "weight_read", "gathered", "gathered_sum"}
+                                      "value", "adj", "weight_read", "gathered", "gathered_sum", "widened"}
     assert sorted(p[5].name for p in params if p[0] == "weight_read") == ["W", "b"]
     # emb is read through the leaf's word: each leaf's adjoint row of it (TreeFC's leaf h is its
     # embedding row), then, after every level, the rows added into emb's gradient by word, leaf

@@ -1,18 +1,22 @@
 # In-process A/B of the training step (as_torch(sparse=True) + ct.optim.Adagrad, DGL's groups), arm "new" against arm
-# "old" (the code as it is).  Run from the repo root: python levers_ab.py recip|split BATCH [H [MODEL]]; alternating
-# rounds on 10 batches of BATCH SST trees; per round the median step; printed: the median over rounds 3..14.
-#   recip: "new" builds the level pass with sigmoid and tanh as 1 / d by three Newton steps from the exponent trick's
-#          first guess (no vdivps); "old" as fast_math.py has them (a division).
-#   split: "new" builds the training forward with every contraction on shares of the *nodes*
-#          (adjoint_nest.SPLIT_WEIGHT_BYTES past any weight), so that each core's elementwise part reads the gates it
-#          wrote itself; "old": U's and W's products split by columns, the elementwise part by nodes.
-# (levers.txt's runs were made as recip_ab.py and split_ab.py: this script's two arms, the same code, before they were
-# one file; run_all.sh names it as it is now.)
+# "old", for one lever.  Run from the repo root: python levers_ab.py recip|split|panels|aligned BATCH [H [MCPU|- [MODEL]]];
+# alternating rounds on 10 batches of BATCH SST trees; per round the median step; printed: the median over rounds 3..14.
+#   recip:  "new" builds the level pass with sigmoid and tanh as 1 / d by three Newton steps from the exponent trick's
+#           first guess (no vdivps); "old" as fast_math.py has them (a division).
+#   split:  "new" builds the training forward with every contraction on shares of the *nodes*
+#           (adjoint_nest.SPLIT_WEIGHT_BYTES past any weight), so that each core's elementwise part reads the gates it
+#           wrote itself; "old": U's and W's products split by columns, the elementwise part by nodes.
+#   aligned: "new" also copies into panels (`Widened`) the weights the backward reads in blocks of whole lines
+#           (h = 128: U's 2 x 128), which it reads as they lie in "old", the package as it is.
+#   panels: "new" is the package as it is (the weights' copies in panels, adjoint_copies.py since 2c1be85); "old" builds
+#           with the copies as they were (b366e8d's adjoint_copies.py, read from git and put in place while built).
+# (levers.txt's runs were made as recip_ab.py and split_ab.py, ../intel-panels/panels_ab.txt's as panels_ab.py: this
+# script's arms, the same code, before they were one file.)
 import os, sys, time, contextlib
 os.environ.setdefault("TVM_NUM_THREADS", "2"); os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np, torch
 import cortex_tvm as ct
-from cortex_tvm import adjoint_nest, fast_math as fm
+from cortex_tvm import adjoint_kernel, adjoint_nest, fast_math as fm
 from tvm import tirx
 _f = fm._f
 def recip(d, steps=3):
@@ -28,7 +32,8 @@ def tanh(x): return _f(2.0) * recip(_f(1.0) + fm.fast_exp(tirx.min(_f(-2.0) * x,
 torch.set_num_threads(2)
 ARM = sys.argv.pop(1)
 B = int(sys.argv[1]); H = int(sys.argv[2]) if len(sys.argv) > 2 else 150
-name = sys.argv[3] if len(sys.argv) > 3 else "treelstm"
+mcpu = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
+name = sys.argv[4] if len(sys.argv) > 4 else "treelstm"
 trees, vocab = ct.data.sst_sample()
 import inspect
 make = ct.models.BY_NAME[name]
@@ -45,12 +50,45 @@ def split_code():
     adjoint_nest.SPLIT_WEIGHT_BYTES = 1 << 40
     try: yield
     finally: adjoint_nest.SPLIT_WEIGHT_BYTES = before
-new_code = {"recip": recip_code, "split": split_code}[ARM]
+@contextlib.contextmanager
+def old_code():
+    """The weights' copies as they were before panels (b366e8d's adjoint_copies.py, read from git), while built."""
+    import subprocess, types
+    source = subprocess.run(["git", "show", "b366e8d:python/cortex_tvm/adjoint_copies.py"], capture_output=True,
+                            text=True, check=True).stdout
+    old = types.ModuleType("cortex_tvm.adjoint_copies_before")
+    old.__package__ = "cortex_tvm"
+    exec(compile(source, "adjoint_copies_before.py", "exec"), old.__dict__)
+    names = ("Transposed", "Widened", "emit_transpose", "emit_widen", "copied_reads")
+    saved = {n: getattr(adjoint_kernel, n) for n in names}
+    for n in names:
+        setattr(adjoint_kernel, n, getattr(old, n))
+    try: yield
+    finally:
+        for n, v in saved.items(): setattr(adjoint_kernel, n, v)
+@contextlib.contextmanager
+def aligned_code():
+    """copied_reads with a backward copy (`Widened`) for blocks of whole lines too (h = 128, 256), while built."""
+    import inspect, types
+    from cortex_tvm import adjoint_copies
+    source = inspect.getsource(adjoint_copies).replace("if block is not None and block % LINE_LANES}",
+                                                       "if block is not None}")
+    patched = types.ModuleType("cortex_tvm.adjoint_copies_aligned")
+    patched.__package__ = "cortex_tvm"
+    exec(compile(source, "adjoint_copies_aligned.py", "exec"), patched.__dict__)
+    saved = adjoint_kernel.copied_reads
+    adjoint_kernel.copied_reads = patched.copied_reads
+    try: yield
+    finally: adjoint_kernel.copied_reads = saved
+null = contextlib.nullcontext
+#: each lever's (context the "new" arm is built in, the "old" arm's)
+new_code, old_code = {"recip": (recip_code, null), "split": (split_code, null), "panels": (null, old_code),
+                      "aligned": (aligned_code, null)}[ARM]
 arms = {}
 for arm in ("new", "old"):
     model = make(hidden_size=H, vocab_size=len(vocab), seed=0, **width)
-    with (new_code() if arm == "new" else contextlib.nullcontext()):
-        compiled = model.compile(training=True)
+    with (new_code() if arm == "new" else old_code()):
+        compiled = model.compile(training=True, target={"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm")
         for part in ("forward", "backward", "all"):
             compiled.adjoint.level_pass.function(part, True)
     module = compiled.as_torch(sparse=True)
@@ -80,6 +118,6 @@ for round_ in range(14):
             times.append(time.perf_counter() - start)
         if round_ >= 2: steps[arm].append(np.median(times))
 for arm, values in steps.items():
-    print(f"{name} h={H} B={B}: {arm:4s} step {1e3 * np.median(values):.3f} ms (rounds {1e3 * min(values):.3f}-{1e3 * max(values):.3f})")
+    print(f"{name} h={H} {mcpu or 'this CPU'} B={B}: {arm:4s} step {1e3 * np.median(values):.3f} ms (rounds {1e3 * min(values):.3f}-{1e3 * max(values):.3f})")
 n, o = np.median(steps["new"]), np.median(steps["old"])
 print(f"new/old {n / o - 1:+.1%}")
