@@ -6,8 +6,9 @@
 #   split:  "new" builds the training forward with every contraction on shares of the *nodes*
 #           (adjoint_nest.SPLIT_WEIGHT_BYTES past any weight), so that each core's elementwise part reads the gates it
 #           wrote itself; "old": U's and W's products split by columns, the elementwise part by nodes.
-#   aligned: "new" also copies into panels (`Widened`) the weights the backward reads in blocks of whole lines
-#           (h = 128: U's 2 x 128), which it reads as they lie in "old", the package as it is.
+#   aligned: "new" is the package as it is, which also copies into panels (`Widened`) the weights the backward reads
+#           in blocks of whole lines (h = 128: U's 2 x 128); "old" builds without those copies (as before d72a7a7),
+#           reading those weights as they lie.
 #   panels: "new" is the package as it is (the weights' copies in panels, adjoint_copies.py since 2c1be85); "old" builds
 #           with the copies as they were (b366e8d's adjoint_copies.py, read from git and put in place while built).
 # (levers.txt's runs were made as recip_ab.py and split_ab.py, ../intel-panels/panels_ab.txt's as panels_ab.py: this
@@ -67,15 +68,17 @@ def old_code():
     finally:
         for n, v in saved.items(): setattr(adjoint_kernel, n, v)
 @contextlib.contextmanager
-def aligned_code():
-    """copied_reads with a backward copy (`Widened`) for blocks of whole lines too (h = 128, 256), while built."""
+def unaligned_code():
+    """copied_reads as before d72a7a7, no backward copy (`Widened`) for blocks of whole lines (h = 128, 256), while
+    built."""
     import inspect, types
     from cortex_tvm import adjoint_copies
-    source = inspect.getsource(adjoint_copies).replace("if block is not None and block % LINE_LANES}",
-                                                       "if block is not None}")
-    patched = types.ModuleType("cortex_tvm.adjoint_copies_aligned")
+    source = inspect.getsource(adjoint_copies).replace("if block is not None}",
+                                                       "if block is not None and block % LINE_LANES}")
+    assert source != inspect.getsource(adjoint_copies), "copied_reads has changed: this arm no longer applies"
+    patched = types.ModuleType("cortex_tvm.adjoint_copies_unaligned")
     patched.__package__ = "cortex_tvm"
-    exec(compile(source, "adjoint_copies_aligned.py", "exec"), patched.__dict__)
+    exec(compile(source, "adjoint_copies_unaligned.py", "exec"), patched.__dict__)
     saved = adjoint_kernel.copied_reads
     adjoint_kernel.copied_reads = patched.copied_reads
     try: yield
@@ -83,7 +86,7 @@ def aligned_code():
 null = contextlib.nullcontext
 #: each lever's (context the "new" arm is built in, the "old" arm's)
 new_code, old_code = {"recip": (recip_code, null), "split": (split_code, null), "panels": (null, old_code),
-                      "aligned": (aligned_code, null)}[ARM]
+                      "aligned": (null, unaligned_code)}[ARM]
 arms = {}
 for arm in ("new", "old"):
     model = make(hidden_size=H, vocab_size=len(vocab), seed=0, **width)

@@ -1,6 +1,7 @@
 #!/bin/bash
 # The runs behind levers.txt, one after another on an otherwise idle machine, from the repo root (its A/Bs were run
-# as recip_ab.py and split_ab.py, since folded into levers_ab.py unchanged).
+# as recip_ab.py and split_ab.py, since folded into levers_ab.py: the same arms; its third argument is now the CPU,
+# the model the fourth, and its lines name the CPU).
 D=docs/bench-2026-12-06/intel-levers
 P=.venv/bin/python
 for n in 512 128 40 16; do for r in 1 2; do $P $D/tile_order_probe.py $n 2>&1 | tail -4 | sed "s/^/tile run $r: /"; done; done
