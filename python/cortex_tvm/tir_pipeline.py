@@ -1,4 +1,5 @@
-"""The TIR pipeline cortex_tvm builds its kernels with: TVM's own, with register tiles kept on the stack.
+"""The TIR pipeline cortex_tvm builds its kernels with: TVM's own, with register tiles kept on the stack
+and denormal floats flushed to zero in x86 kernels (`flush_denormals`).
 
 TVM's `LowerTVMBuiltin` turns every CPU allocation of 1 KB or more into a
 `TVMBackendAllocWorkspace` call, a register tile's accumulators included.
@@ -30,6 +31,7 @@ import tvm
 import tvm_ffi
 from tvm.tirx import compilation_pipeline
 
+from .flush_denormals import FlushDenormals
 from .level_tails import SEPARATE_TILES        # lower the module without StorageRewrite
 from .target import STACK_BYTES as STACK_TILE_BYTES
 from .target import bytes_of
@@ -97,17 +99,17 @@ def KeepTilesOnStack(func, mod, ctx):        # noqa: N802 - TVM's pass naming
 
 
 def _pipeline():
-    """TVM's s_tir pipeline followed by KeepTilesOnStack, with TVM's finalization passes."""
+    """TVM's s_tir pipeline followed by FlushDenormals and KeepTilesOnStack, with TVM's finalization passes."""
     base, finalize_host, finalize_device = compilation_pipeline.get_tir_pipeline("s_tir")
 
     @tvm.transform.module_pass(opt_level=0, name="cortex_tvm.pipeline")
     def pipeline(mod, ctx):
         if not any(_separate_tiles(f) for f in mod.functions.values()):
-            return KeepTilesOnStack(base(mod))
+            return KeepTilesOnStack(FlushDenormals(base(mod)))
         config = {**ctx.config, _NO_STORAGE_REWRITE: True}
         with tvm.transform.PassContext(opt_level=ctx.opt_level, config=config,
                                        required_pass=list(ctx.required_pass), disabled_pass=list(ctx.disabled_pass)):
-            return KeepTilesOnStack(base(mod))
+            return KeepTilesOnStack(FlushDenormals(base(mod)))
     return pipeline, finalize_host, finalize_device
 
 

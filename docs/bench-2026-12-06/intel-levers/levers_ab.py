@@ -1,5 +1,5 @@
 # In-process A/B of the training step (as_torch(sparse=True) + ct.optim.Adagrad, DGL's groups), arm "new" against arm
-# "old", for one lever.  Run from the repo root: python levers_ab.py recip|split|panels|aligned BATCH [H [MCPU|- [MODEL]]];
+# "old", for one lever.  Run from the repo root: python levers_ab.py recip|split|panels|aligned|flush BATCH [H [MCPU|- [MODEL]]];
 # alternating rounds on 10 batches of BATCH SST trees; per round the median step; printed: the median over rounds 3..14.
 #   recip:  "new" builds the level pass with sigmoid and tanh as 1 / d by three Newton steps from the exponent trick's
 #           first guess (no vdivps); "old" as fast_math.py has them (a division).
@@ -11,6 +11,8 @@
 #           reading those weights as they lie.
 #   panels: "new" is the package as it is (the weights' copies in panels, adjoint_copies.py since 2c1be85); "old" builds
 #           with the copies as they were (b366e8d's adjoint_copies.py, read from git and put in place while built).
+#   flush:  "new" is the package as it is (FTZ/DAZ set around each kernel and parallel task, flush_denormals.py);
+#           "old" builds without that pass (the compile cache emptied first so that nothing built is shared).
 # (levers.txt's runs were made as recip_ab.py and split_ab.py, ../intel-panels/panels_ab.txt's as panels_ab.py: this
 # script's arms, the same code, before they were one file.)
 import os, sys, time, contextlib
@@ -83,10 +85,21 @@ def unaligned_code():
     adjoint_kernel.copied_reads = patched.copied_reads
     try: yield
     finally: adjoint_kernel.copied_reads = saved
+@contextlib.contextmanager
+def unflushed_code():
+    """The kernels built without FlushDenormals (MXCSR as the caller left it), while built."""
+    from cortex_tvm import compile_cache, tir_pipeline
+    saved = tir_pipeline.FlushDenormals
+    tir_pipeline.FlushDenormals = lambda mod: mod
+    compile_cache._cache.clear()
+    try: yield
+    finally:
+        tir_pipeline.FlushDenormals = saved
+        compile_cache._cache.clear()
 null = contextlib.nullcontext
 #: each lever's (context the "new" arm is built in, the "old" arm's)
 new_code, old_code = {"recip": (recip_code, null), "split": (split_code, null), "panels": (null, old_code),
-                      "aligned": (null, unaligned_code)}[ARM]
+                      "aligned": (null, unaligned_code), "flush": (null, unflushed_code)}[ARM]
 arms = {}
 for arm in ("new", "old"):
     model = make(hidden_size=H, vocab_size=len(vocab), seed=0, **width)
