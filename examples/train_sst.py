@@ -91,7 +91,8 @@ def progress(done, total, loss, width=30):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trees", default=None, help="a PTB-bracket treebank to train on (default: the bundled SST dev trees)")
+    parser.add_argument("--trees", default=None,
+                        help="a PTB-bracket treebank to train on (default: the bundled SST dev trees)")
     parser.add_argument("--test", default=None, help="a treebank to evaluate on (default: the last 20%% of --trees)")
     parser.add_argument("--hidden", type=int, default=150, help="h (default: %(default)s)")
     parser.add_argument("--embed", type=int, default=300, help="x, the embedding size (default: %(default)s)")

@@ -156,7 +156,7 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
             for key, block in widen.items():
                 if block is not None and not gpu and key in inputs:
                     layout = Widened(key.shape, block)
-                    widened_inputs[key] = (_arg(key.name + "_lines", layout.shape, key.dtype), layout)
+                    widened_inputs[key] = (_arg(key.name + "_panels", layout.shape, key.dtype), layout)
                     params.append(("widened", key, layout.shape))
             per_stage = {}
             for name, emitter in emitters.items():

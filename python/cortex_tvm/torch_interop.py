@@ -67,8 +67,9 @@ def as_torch(compiled, sparse: bool = False):
     docstring).  Otherwise inference only, and it says so: a UserWarning when the module is made
     (INFERENCE_ONLY).  A trained module warns (SPINNING_THREADS) when it is made if torch runs
     several threads and OMP_WAIT_POLICY is not PASSIVE (read then: set after torch loaded, and
-    importing tvm loads it, it silences the warning but not the threads).  torch.save cannot pickle compiled code: save `compiled.export(path)` and
-    `ct.load(path)`; a trained module's weights are in its `state_dict()`.
+    importing tvm loads it, it silences the warning but not the threads).  torch.save cannot
+    pickle compiled code: save `compiled.export(path)` and `ct.load(path)`; a trained module's
+    weights are in its `state_dict()`.
 
     sparse=True (training): the gradient of each embedding table (`emb`; MV-RNN's `embM` too) is
     a `torch.sparse_coo_tensor` holding the batch's words' rows, as `nn.Embedding(sparse=True)`

@@ -53,6 +53,6 @@ def test_each_node_adds_into_its_own_features_row():
     assert stores and all("level_offsets[0] + (" in s.split("=")[0] for s in stores)
     # the sum over (g, i) in a register tile (8 nodes x the 5 features), then added into the rows
     assert ("buffer_4[v_12, v_13] = buffer_4[v_12, v_13] + d_leaf_leaf_gates_sum[v_6 + v_9 * 8 + v_12, v_10, v_11]"
-            " * W_lines[v_13 // 16, v_10 * 16 + v_11, v_13 % 16]") in text      # (W's copy in panels: `Widened`)
+            " * W_panels[v_13 // 16, v_10 * 16 + v_11, v_13 % 16]") in text      # (W's copy in panels: `Widened`)
     assert ("d_features[level_offsets[0] + (v_6 + v_9 * 8 + v_10), v_11] = d_features[level_offsets[0] + (v_6 + v_9 * 8"
             " + v_10), v_11] + buffer_4[v_10, v_11]") in text

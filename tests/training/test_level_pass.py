@@ -139,7 +139,7 @@ def test_the_transposed_layout():
 def test_the_backward_reads_the_forwards_copy_with_widened_blocks():
     """TreeLSTM h = 6's backward reads U (5h, 2h) along its last axis (d h[child, j, k] from
     U[g * h + i, j * h + k]) and W (3h, x) along x: the forward and the recomputing pass copy
-    each with its blocks of columns widened to lines, in panels (`Widened`: U_lines (2, 30, 16), W_lines
+    each with its blocks of columns widened to lines, in panels (`Widened`: U_panels (2, 30, 16), W_panels
     (1, 18, 16)), and the backward reads the copy, never writing it or reading its pad columns: with these
     poisoned (NaN) between the forward and the pullback, the gradients are the numpy pass's; with the
     whole copies poisoned, every gradient is NaN (U's copy: every node's child adjoints; the embedding's
@@ -151,9 +151,9 @@ def test_the_backward_reads_the_forwards_copy_with_widened_blocks():
     assert {p[1].name: p[2] for p in params if p[0] == "widened"} == {"U": (2, 30, 16), "W": (1, 18, 16)}
     texts = {part: compiled.level_pass.build(part, True)[0].script() for part in ("forward", "backward", "all")}
     for part, text in texts.items():
-        assert (re.search(r"U_lines\[v_\d+ \+ v_\d+ // 16, v_\d+, v_\d+ % 16\] = U\[", text) is not None) \
+        assert (re.search(r"U_panels\[v_\d+ \+ v_\d+ // 16, v_\d+, v_\d+ % 16\] = U\[", text) is not None) \
             == (part != "backward")
-        assert (re.search(r"\* U_lines\[v_\d+ \+ v_\d+ // 16, [^,]+, v_\d+ % 16\]", text) is not None) \
+        assert (re.search(r"\* U_panels\[v_\d+ \+ v_\d+ // 16, [^,]+, v_\d+ % 16\]", text) is not None) \
             == (part != "forward"), part
     lin = model.linearize(trees[:9])
     states = model.numpy_forward(lin)
@@ -204,7 +204,7 @@ def test_the_level_pass_ir():
     per core, in parallel, each in tiles of 8 nodes, then tiles of 1, 2 and 4; the product with
     W reads W's transpose, one vector per load, into an 8 x 8-lane accumulator, the run's whole
     tiles in turn inside each chunk of columns), then the levels from the top down (the product
-    with W in the other direction reads W's copy in a panel, W_lines), children's rows written
+    with W in the other direction reads W's copy in a panel, W_panels), children's rows written
     except the null node's, then the sums over every node that give dW and db; no weight written."""
     func, params = _tree_fc_pass()
     text = func.script()
@@ -236,7 +236,7 @@ def test_the_level_pass_ir():
             "v_11]") in recompute
     assert "for v_10, v_11 in T.grid(2, v_9):" in levels
     assert ("d_internal_internal_h_sum[level_offsets[v - 2 - v_5] - level_offsets[1] + (v_7 + v_11 * 8 + v_13), v_12]"
-            " * W_lines[(v_10 * 8 + v_14) // 16, v_12, (v_10 * 8 + v_14) % 16]") in levels
+            " * W_panels[(v_10 * 8 + v_14) // 16, v_12, (v_10 * 8 + v_14) % 16]") in levels
     assert "children[level_offsets[v - 2 - v_5] + (v_7 + v_10 * 8 + v_11), 1] != 0" in levels
     assert "T.vectorized(8)" in levels
     # dW[i, k] = sum over every internal node of d h_sum[n, i] * child_sum[n, k], a packed
