@@ -76,6 +76,41 @@ def test_the_body_and_each_parallel_task_save_set_and_restore_mxcsr():
     assert flush_denormals.flush_denormals(after).same_as(after)
 
 
+@T.prim_func
+def two_levels(p_y: T.handle):
+    # a persistent region (`schedule.persistent_threads`): one launch, a barrier after each level
+    y = T.match_buffer(p_y, (8, 16), "float32")
+    for level in T.serial(2, annotations={"pragma_parallel_launch_point": 1}):
+        for row in T.parallel(8, annotations={"pragma_parallel_barrier_when_finish": 1}):
+            for col in range(16):
+                y[row, col] = y[row, col] * T.float32(0.1)
+
+
+def test_a_persistent_region_is_flushed_once_per_task_around_its_levels():
+    tgt = make_target("llvm")
+    base, _, _ = tvm.tirx.get_tir_pipeline("s_tir")
+    lowered = base(tvm.tirx.transform.BindTarget(tgt.with_host(tgt))(tvm.IRModule({"two_levels": two_levels})))
+    after = flush_denormals.flush_denormals(lowered["two_levels"])
+    lines = _statements(after.script(), ("mxcsr", "T.parallel", "pragma_parallel", "for level"))
+    # the body's own five, then the region's (each task's) around the level loop; the level's
+    # parallel loop, already split between the tasks, gets no launch point of its own
+    assert lines[5:] == [
+        'with T.attr(level, "pragma_parallel_launch_point", 1):',
+        "mxcsr_saved_1: T.int32", "mxcsr_flushed_1: T.int32",
+        'T.call_llvm_intrin("void", "llvm.x86.sse.stmxcsr", T.address_of(mxcsr_saved_1))',
+        "mxcsr_flushed_1 = mxcsr_saved_1 | 32832",
+        'T.call_llvm_intrin("void", "llvm.x86.sse.ldmxcsr", T.address_of(mxcsr_flushed_1))',
+        "for level in range(2):", 'T.attr(row, "pragma_parallel_barrier_when_finish", 1)', "for row in T.parallel(8):",
+        'T.call_llvm_intrin("void", "llvm.x86.sse.ldmxcsr", T.address_of(mxcsr_saved_1))',
+        'T.call_llvm_intrin("void", "llvm.x86.sse.ldmxcsr", T.address_of(mxcsr_saved))']
+    executable = tvm.compile(tvm.IRModule({"two_levels": two_levels}), target=tgt, tir_pipeline=tir_pipeline.NAME)
+    y = tvm.runtime.tensor(np.full((8, 16), 1e-37, np.float32))
+    executable["two_levels"](y)
+    # numpy: 1e-38 after the first level, 1e-39 after the second, both denormal; flushed, 0
+    assert _has_denormals(np.float32(1e-37) * np.float32(0.1) * np.float32(0.1))
+    np.testing.assert_array_equal(y.numpy(), np.zeros((8, 16), np.float32))
+
+
 def test_gpu_and_non_x86_functions_are_left_alone():
     arm = flush_denormals.flush_denormals(_lowered({"kind": "llvm", "mtriple": "aarch64-linux-gnu"}))
     assert "mxcsr" not in arm.script() and "launch_point" not in arm.script()

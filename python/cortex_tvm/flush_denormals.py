@@ -13,7 +13,7 @@ falls below 1.18e-38, which then reads as 0.
 
 MXCSR is per thread, and TVM runs a parallel loop's tasks on its pool's threads, so a
 function's body sets the bits for the caller's thread and each parallel loop, in a launch point,
-for each task's thread; each restores what it found, so the caller's numpy and PyTorch keep their own
+for each task's thread (a persistent region, already a launch point, once around its levels); each restores what it found, so the caller's numpy and PyTorch keep their own
 mode.  A GPU function, a C-source build and a non-x86 CPU are left as they are.
 
 Before (after TVM's s_tir pipeline, MakePackedAPI's argument checks left out)::
@@ -89,8 +89,17 @@ def flush_denormals(func):
     if not _on_x86(func) or (func.attrs is not None and FLUSHED in func.attrs):
         return func
 
+    # a persistent region (`schedule.persistent_threads`) is already a launch point: its body runs
+    # once in each task, around its levels' parallel loops, which stay as they are
+    in_regions = []
+
+    def on_region(attr):
+        if attr.attr_key == LAUNCH_POINT:
+            tvm_ffi.structural_walk(attr.body, (tvm.tirx.For, lambda loop: in_regions.append(loop.loop_var)))
+    tvm_ffi.structural_walk(func.body, (tvm.tirx.AttrStmt, on_region))
+
     def on_for(loop):
-        if loop.kind != tvm.tirx.ForKind.PARALLEL:
+        if loop.kind != tvm.tirx.ForKind.PARALLEL or any(loop.loop_var.same_as(v) for v in in_regions):
             return loop
         # a launch point's body runs once in each task, around the task's share of the loop
         zero = tvm.tirx.IntImm("int32", 0)
@@ -99,10 +108,12 @@ def flush_denormals(func):
     def on_attr(attr):
         # MakePackedAPI puts the function's own body in a "compute_scope" after the argument
         # checks and before its return: wrapped there, a failed check leaves MXCSR alone
-        if attr.attr_key != COMPUTE_SCOPE:
+        if attr.attr_key not in (COMPUTE_SCOPE, LAUNCH_POINT):
             return attr
         return tvm.tirx.AttrStmt(attr.node, attr.attr_key, attr.value, _flushed(attr.body))
-    func = tvm_ffi.structural_map(func, [(tvm.tirx.For, on_for), (tvm.tirx.AttrStmt, on_attr)], order="post")
+    # (the scopes first: the launch points made for loops are not wrapped twice)
+    func = tvm_ffi.structural_map(func, [(tvm.tirx.AttrStmt, on_attr)], order="post")
+    func = tvm_ffi.structural_map(func, [(tvm.tirx.For, on_for)], order="post")
     return func.with_attr(FLUSHED, True)
 
 
