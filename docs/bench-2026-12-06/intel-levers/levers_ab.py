@@ -1,6 +1,7 @@
 # In-process A/B of the training step (as_torch(sparse=True) + ct.optim.Adagrad, DGL's groups), arm "new" against arm
 # "old", for one lever.  Run from the repo root: python levers_ab.py recip|split|panels|aligned|flush BATCH [H [MCPU|- [MODEL]]];
-# alternating rounds on 10 batches of BATCH SST trees; per round the median step; printed: the median over rounds 3..14.
+# alternating rounds on 10 batches of BATCH SST trees; per round the median step; printed: the median over rounds 3..14
+# (ROUNDS=n: rounds 3..n).
 #   recip:  "new" builds the level pass with sigmoid and tanh as 1 / d by three Newton steps from the exponent trick's
 #           first guess (no vdivps); "old" as fast_math.py has them (a division).
 #   split:  "new" builds the training forward with every contraction on shares of the *nodes*
@@ -123,7 +124,7 @@ for arm, (module, opt) in arms.items():
 rel = max(float(np.abs(outs["new"][1][k] - outs["old"][1][k]).max() / np.abs(outs["old"][1][k]).max()) for k in outs["new"][1])
 print(f"forward max diff {np.abs(outs['new'][0] - outs['old'][0]).max():.2e}, max gradient rel difference {rel:.2e}")
 steps = {arm: [] for arm in arms}
-for round_ in range(14):
+for round_ in range(int(os.environ.get("ROUNDS", 14))):
     for arm, (module, opt) in arms.items():
         times = []
         for batch in batches:
@@ -137,3 +138,6 @@ for arm, values in steps.items():
     print(f"{name} h={H} {mcpu or 'this CPU'} B={B}: {arm:4s} step {1e3 * np.median(values):.3f} ms (rounds {1e3 * min(values):.3f}-{1e3 * max(values):.3f})")
 n, o = np.median(steps["new"]), np.median(steps["old"])
 print(f"new/old {n / o - 1:+.1%}")
+paired = np.array(steps["new"]) / np.array(steps["old"])        # each round's pair, run back to back: drift cancels
+print(f"paired rounds new/old: median {np.median(paired) - 1:+.1%}, quartiles {np.percentile(paired, 25) - 1:+.1%} "
+      f"{np.percentile(paired, 75) - 1:+.1%}, new faster in {int((paired < 1).sum())} of {len(paired)}")
