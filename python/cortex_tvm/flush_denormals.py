@@ -37,8 +37,9 @@ after (32832 = FLUSH: FTZ, bit 15, and DAZ, bit 6)::
         T.call_llvm_intrin("void", "llvm.x86.sse.ldmxcsr", T.address_of(mxcsr_saved_1))
         T.call_llvm_intrin("void", "llvm.x86.sse.ldmxcsr", T.address_of(mxcsr_saved))
 
-Its cost: 0-75 ns a parallel launch (two ldmxcsr and a stmxcsr in each task) against the
-launch's own 0.7-0.9 us (Zen 4, 2 threads: docs/bench-2026-12-06/amd-flush/).
+Its cost, two ldmxcsr and a stmxcsr in each task: -6 to 37 ns a parallel launch by the fastest
+of 300 calls, a launch itself taking 0.64-0.74 us (Zen 4, 2 threads;
+docs/bench-2026-12-06/amd-flush/launch_cost.txt).
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The Intel evening's A/Bs (panels, aligned) and the training bench again on a Zen 4 VM (family 25 model 17, znver4,
 # 2 vCPUs), with the code as it is now (FTZ/DAZ in the kernels).  Run from the repo root, nothing else running.
+# (ab.txt's last two runs, ROUNDS=26, were run by hand afterwards and appended; this script's first lines would
+# overwrite them.)
 set -u
 out=docs/bench-2026-12-06/zen4-panels
 ab=docs/bench-2026-12-06/intel-levers/levers_ab.py
