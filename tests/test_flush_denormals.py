@@ -38,12 +38,11 @@ def scale_rows(p_x: T.handle, p_w: T.handle, p_y: T.handle):
                 y[row, col] = x[row, col] * w[col] * T.float32(step + 1)
 
 
-def _lowered(target):
-    """scale_rows through TVM's s_tir pipeline (MakePackedAPI included) for `target`."""
+def _lowered(func, name, target="llvm"):
+    """`func` through TVM's s_tir pipeline (MakePackedAPI included) for `target`."""
     base, _, _ = tvm.tirx.get_tir_pipeline("s_tir")
     tgt = make_target(target)
-    mod = tvm.tirx.transform.BindTarget(tgt.with_host(tgt))(tvm.IRModule({"scale_rows": scale_rows}))
-    return base(mod)["scale_rows"]
+    return base(tvm.tirx.transform.BindTarget(tgt.with_host(tgt))(tvm.IRModule({name: func})))[name]
 
 
 def _statements(script: str, keys=("mxcsr", "T.parallel", "compute_scope", "pragma_parallel_launch_point")):
@@ -51,7 +50,7 @@ def _statements(script: str, keys=("mxcsr", "T.parallel", "compute_scope", "prag
 
 
 def test_the_body_and_each_parallel_task_save_set_and_restore_mxcsr():
-    before = _lowered("llvm")
+    before = _lowered(scale_rows, "scale_rows")
     assert "mxcsr" not in before.script()
     after = flush_denormals.flush_denormals(before)
     saved, flushed = "T.address_of(mxcsr_saved{})", "T.address_of(mxcsr_flushed{})"
@@ -87,10 +86,7 @@ def two_levels(p_y: T.handle):
 
 
 def test_a_persistent_region_is_flushed_once_per_task_around_its_levels():
-    tgt = make_target("llvm")
-    base, _, _ = tvm.tirx.get_tir_pipeline("s_tir")
-    lowered = base(tvm.tirx.transform.BindTarget(tgt.with_host(tgt))(tvm.IRModule({"two_levels": two_levels})))
-    after = flush_denormals.flush_denormals(lowered["two_levels"])
+    after = flush_denormals.flush_denormals(_lowered(two_levels, "two_levels"))
     lines = _statements(after.script(), ("mxcsr", "T.parallel", "pragma_parallel", "for level"))
     # the body's own five, then the region's (each task's) around the level loop; the level's
     # parallel loop, already split between the tasks, gets no launch point of its own
@@ -103,7 +99,8 @@ def test_a_persistent_region_is_flushed_once_per_task_around_its_levels():
         "for level in range(2):", 'T.attr(row, "pragma_parallel_barrier_when_finish", 1)', "for row in T.parallel(8):",
         'T.call_llvm_intrin("void", "llvm.x86.sse.ldmxcsr", T.address_of(mxcsr_saved_1))',
         'T.call_llvm_intrin("void", "llvm.x86.sse.ldmxcsr", T.address_of(mxcsr_saved))']
-    executable = tvm.compile(tvm.IRModule({"two_levels": two_levels}), target=tgt, tir_pipeline=tir_pipeline.NAME)
+    executable = tvm.compile(tvm.IRModule({"two_levels": two_levels}), target=make_target("llvm"),
+                             tir_pipeline=tir_pipeline.NAME)
     y = tvm.runtime.tensor(np.full((8, 16), 1e-37, np.float32))
     executable["two_levels"](y)
     # numpy: 1e-38 after the first level, 1e-39 after the second, both denormal; flushed, 0
@@ -112,7 +109,8 @@ def test_a_persistent_region_is_flushed_once_per_task_around_its_levels():
 
 
 def test_gpu_and_non_x86_functions_are_left_alone():
-    arm = flush_denormals.flush_denormals(_lowered({"kind": "llvm", "mtriple": "aarch64-linux-gnu"}))
+    aarch64 = {"kind": "llvm", "mtriple": "aarch64-linux-gnu"}
+    arm = flush_denormals.flush_denormals(_lowered(scale_rows, "scale_rows", aarch64))
     assert "mxcsr" not in arm.script() and "launch_point" not in arm.script()
     gpu = tvm.tirx.PrimFunc([], tvm.tirx.Evaluate(0)).with_attr("target", tvm.target.Target("cuda"))
     assert flush_denormals.flush_denormals(gpu).same_as(gpu)

@@ -13,8 +13,9 @@ falls below 1.18e-38, which then reads as 0.
 
 MXCSR is per thread, and TVM runs a parallel loop's tasks on its pool's threads, so a
 function's body sets the bits for the caller's thread and each parallel loop, in a launch point,
-for each task's thread (a persistent region, already a launch point, once around its levels); each restores what it found, so the caller's numpy and PyTorch keep their own
-mode.  A GPU function, a C-source build and a non-x86 CPU are left as they are.
+for each task's thread (a persistent region, already a launch point, once around its levels);
+each restores what it found, so the caller's numpy and PyTorch keep their own mode.  A GPU
+function, a C-source build and a non-x86 CPU are left as they are.
 
 Before (after TVM's s_tir pipeline, MakePackedAPI's argument checks left out)::
 
@@ -45,7 +46,8 @@ from __future__ import annotations
 
 import tvm
 import tvm_ffi
-from tvm.target import codegen
+
+from .target import X86_ARCHES, triple_of
 
 #: MXCSR's flush-to-zero (bit 15: denormal results become 0) and denormals-are-zero (bit 6:
 #: denormal operands read as 0) bits
@@ -63,8 +65,7 @@ def _on_x86(func) -> bool:
     target = func.attrs.get("target") if func.attrs is not None else None
     if target is None or target.kind.name != "llvm":
         return False
-    triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
-    return triple.startswith(("x86_64", "i386", "i686"))
+    return triple_of(target).startswith(X86_ARCHES)
 
 
 def _mxcsr(name: str, slot) -> tvm.tirx.Stmt:
@@ -84,7 +85,7 @@ def _flushed(body: tvm.tirx.Stmt) -> tvm.tirx.Stmt:
 
 
 def flush_denormals(func):
-    """`func` with FTZ and DAZ set around its body and each parallel loop's body (an x86 CPU
+    """`func` with FTZ and DAZ set around its body and in each parallel task (an x86 CPU
     function; any other, or one already wrapped, is returned as it is).  See the module's
     docstring for the IR before and after."""
     if not _on_x86(func) or (func.attrs is not None and FLUSHED in func.attrs):

@@ -17,7 +17,7 @@ import tempfile
 
 import tvm
 
-from .target import X86_ISA, host_isa
+from .target import X86_ARCHES, X86_ISA, host_isa
 
 __all__ = ["file_digest", "seal", "check_seal", "check_files", "target_cpu", "check_cpu", "host_isa"]
 
@@ -138,7 +138,7 @@ def check_cpu(recorded: dict, lib_path, host_features=None) -> None:
     if _arch(recorded["triple"]) != _arch(here):
         raise ValueError(f"load: {lib_path} was compiled for {_arch(recorded['triple'])} "
                          f"({recorded['triple']}), this machine is {_arch(here)}")
-    if _arch(here) not in ("x86_64", "i386", "i686"):
+    if _arch(here) not in X86_ARCHES:
         return                                  # feature names below are x86's
     required = set(recorded.get("features", ())) & set(X86_ISA)
     have = host_isa() if host_features is None else set(host_features)

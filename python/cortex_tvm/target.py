@@ -47,6 +47,15 @@ X86_MODELS = (
     "graniterapids", "diamondrapids", "znver3", "znver4", "znver5", "haswell", "alderlake", "arrowlake")
 
 
+#: the first part of an x86 CPU's LLVM triple
+X86_ARCHES = ("x86_64", "i386", "i686")
+
+
+def triple_of(target: Target) -> str:
+    """The LLVM triple a CPU target compiles for: its own mtriple, else this machine's."""
+    return str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
+
+
 def host_isa() -> set:
     """Instruction-set extensions (LLVM names) this CPU has: from /proc/cpuinfo where it exists,
     else LLVM's feature list for the detected CPU model."""
@@ -72,7 +81,7 @@ def host_llvm() -> dict:
     Lake: no AVX512_BF16, no AMX, one FMA unit); when a model of `X86_MODELS` matches more of the
     reported extensions than LLVM's guess, that model is taken."""
     attrs = {"kind": "llvm", "mcpu": host_model()}
-    if not codegen.llvm_get_system_triple().startswith(("x86_64", "i386", "i686")):
+    if not codegen.llvm_get_system_triple().startswith(X86_ARCHES):
         return attrs
     hidden = sorted(model_isa(attrs["mcpu"]) - host_isa())
     return {**attrs, "mattr": [f"-{f}" for f in hidden]} if hidden else attrs
@@ -90,7 +99,7 @@ def host_model() -> str:
     extensions it reports (each one it has and the CPU does not counts against it)."""
     guess = codegen.llvm_get_system_cpu()
     triple = codegen.llvm_get_system_triple()
-    if not triple.startswith(("x86_64", "i386", "i686")):
+    if not triple.startswith(X86_ARCHES):
         return guess
     reported = host_isa()
 
@@ -253,7 +262,7 @@ def cpu_info(target) -> CpuInfo:
     if target.kind.name != "llvm":
         raise ValueError(f"cpu_info: {target.kind.name!r} is not a CPU target")
     features = set(codegen.llvm_get_cpu_features(target))
-    triple = str(target.attrs.get("mtriple", "")) or codegen.llvm_get_system_triple()
+    triple = triple_of(target)
     if triple.startswith("aarch64") or "neon" in features:
         vector_bits, registers, isa = 128, 32, "neon"
     elif "avx512f" in features:
