@@ -22,7 +22,7 @@ the weight as it lies before): 2-4% at h = 128, 23% at h = 256 (docs/training.md
 """
 from __future__ import annotations
 
-import functools
+import contextlib
 
 import tvm
 import tvm_ffi
@@ -149,26 +149,37 @@ def copied_reads(emitter) -> tuple:
 def emit_transpose(source, out, layout, tile: int = 16):
     """out[layout.at(b, r, c)] = source[b * block + r, c] (`Transposed`), in tiles of `tile` x
     `tile` elements (each tile's rows and columns a few cache lines) shared among the cores, a
-    block of the layout's at a time.  numpy's strided copy of TreeLSTM h=150's U (750 x 300) and
-    W (450 x 300, x = 300), on one core, cost 0.15-0.26 ms a training step more than this on Zen 4
-    (docs/training.md, "Speed")."""
+    block of the layout's at a time.  Within a tile each source row is read along its columns and
+    written down the copy's rows, one lane each: LLVM then makes plain loads and stores, where the
+    other order (a copy's row, lane by lane, from `tile` source rows) became gathers, 1.3-1.9x
+    slower on Zen 4 (TreeLSTM h = 150's U, 750 x 300: 33 against 43-63 us with warm caches, 53-73
+    against 79-121 us just after the weight was written; `docs/bench-2026-12-07/transpose/`).
+    numpy's strided copy of U and W (450 x 300, x = 300), on one core, cost 0.15-0.26 ms a
+    training step more than the tiles on Zen 4 (docs/training.md, "Speed")."""
     rows, cols = (int(d) for d in source.shape)
     block = rows if layout.block is None else layout.block
     row_tiles = -(-block // tile)
     with Tb.parallel(0, layout.blocks * row_tiles) as block_tile:
         which, row_tile = (0, block_tile) if layout.blocks == 1 else (block_tile // row_tiles, block_tile % row_tiles)
         with Tb.serial(0, -(-cols // tile)) as col_tile:
-            with Tb.grid(tile, tile) as (c, r):
-                row, col = row_tile * tile + r, col_tile * tile + c
-                inside = [bound for bound, extent in ((row < block, block), (col < cols, cols)) if extent % tile]
-                store = functools.partial(Tb.buffer_store, out, source[which * block + row, col],
-                                          layout.at(which, row, col))
-                if inside:
-                    with Tb.If(tvm.tirx.all(*inside)):
-                        with Tb.Then():
-                            store()
-                else:
-                    store()
+            with Tb.serial(0, tile) as r:
+                row = row_tile * tile + r
+                with _inside(row < block, block % tile):
+                    with Tb.serial(0, tile) as c:
+                        col = col_tile * tile + c
+                        with _inside(col < cols, cols % tile):
+                            Tb.buffer_store(out, source[which * block + row, col], layout.at(which, row, col))
+
+
+@contextlib.contextmanager
+def _inside(bound, ragged: bool):
+    """The body under `bound` where the tiles overrun their extent (`ragged`), else as it is."""
+    if not ragged:
+        yield
+        return
+    with Tb.If(bound):
+        with Tb.Then():
+            yield
 
 
 def emit_widen(source, out, layout, lanes):

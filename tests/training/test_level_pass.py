@@ -83,7 +83,8 @@ def test_the_passes_that_compute_values_transpose_the_weights_themselves():
     model = ct.models.TreeFC(hidden_size=16, vocab_size=20)
     stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
     numpy_stages = {n: StageNumpy(s) for n, s in stages.items()}
-    transpose = "W_T[(v_5 * 16 + v_8) // 16, v_6 * 16 + v_7, (v_5 * 16 + v_8) % 16] = W[v_5 * 16 + v_8, v_6 * 16 + v_7]"
+    # (a tile's source row r = v_7 outside its columns c = v_8: each row of W read along its columns)
+    transpose = "W_T[(v_5 * 16 + v_7) // 16, v_6 * 16 + v_8, (v_5 * 16 + v_7) % 16] = W[v_5 * 16 + v_7, v_6 * 16 + v_8]"
     for part in ("all", "forward", "backward"):
         func, params = adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=8, parallel=True,
                                                  cores=3, part=part)
@@ -112,7 +113,8 @@ def test_a_transpose_lays_each_block_of_columns_out_in_panels_of_a_line():
     text = func.script()
     for weight in ("U", "W"):          # one tile of 16 rows a gate (h = 6): row r of gate g to panel g, lane r
         writes = re.findall(weight + r"_T\[(.*)\] = " + weight + r"\[(.*)\]", text)
-        assert writes == [("v_5 + v_8 // 16, v_6 * 16 + v_7, v_8 % 16", "v_5 * 6 + v_8, v_6 * 16 + v_7")], writes
+        # (v_7 a row of the tile, v_8 its column: each row of the weight read along its columns)
+        assert writes == [("v_5 + v_7 // 16, v_6 * 16 + v_8, v_7 % 16", "v_5 * 6 + v_7, v_6 * 16 + v_8")], writes
     reads = set(re.findall(r"U_T\[([^\]]+)\]", after_transposes(text)))
     assert reads and all(re.fullmatch(r"v_(\d+) \+ v_(\d+) // 16, [^,]+, v_\2 % 16", r) for r in reads), reads
     _, gpu_params = adjoint_kernel.level_pass(stages, numpy_stages, model.program, part="forward", gpu=True)

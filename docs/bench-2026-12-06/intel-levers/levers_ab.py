@@ -1,5 +1,5 @@
 # In-process A/B of the training step (as_torch(sparse=True) + ct.optim.Adagrad, DGL's groups), arm "new" against arm
-# "old", for one lever.  Run from the repo root: python levers_ab.py recip|split|panels|aligned|flush BATCH [H [MCPU|- [MODEL]]];
+# "old", for one lever.  Run from the repo root: python levers_ab.py recip|split|panels|aligned|flush|vectors|transpose BATCH [H [MCPU|- [MODEL]]];
 # alternating rounds on 10 batches of BATCH SST trees; per round the median step; printed: the median over rounds 3..14
 # (ROUNDS=n: rounds 3..n).
 #   recip:  "new" builds the level pass with sigmoid and tanh as 1 / d by three Newton steps from the exponent trick's
@@ -14,6 +14,10 @@
 #           with the copies as they were (b366e8d's adjoint_copies.py, read from git and put in place while built).
 #   flush:  "new" is the package as it is (FTZ/DAZ set around each kernel and parallel task, flush_denormals.py);
 #           "old" builds without that pass (the compile cache emptied first so that nothing built is shared).
+#   vectors: "new" builds whole tiles of 8 nodes x 2 vectors on any CPU with 32 vector registers (as on two FMA units);
+#           "old" as the package picks (`adjoint_nest.tile_vectors`: 1 where one FMA unit, Zen 4).
+#   transpose: "new" is the package as it is (emit_transpose reads each source row along its columns, since 2026-12-07);
+#           "old" builds with 7ce8a69's emit_transpose (a copy's row lane by lane: gathers).
 # (levers.txt's runs were made as recip_ab.py and split_ab.py, ../intel-panels/panels_ab.txt's as panels_ab.py: this
 # script's arms, the same code, before they were one file.)
 import os, sys, time, contextlib
@@ -97,10 +101,37 @@ def unflushed_code():
     finally:
         tir_pipeline.FlushDenormals = saved
         compile_cache._cache.clear()
+@contextlib.contextmanager
+def two_vector_code():
+    """Whole tiles of 8 nodes x 2 vectors wherever AVX-512's 32 registers hold them (tile_vectors 2), while built."""
+    from cortex_tvm import adjoint_pass
+    saved = adjoint_pass.tile_vectors
+    adjoint_pass.tile_vectors = lambda info: 2 if info.registers >= 32 else 1
+    try: yield
+    finally: adjoint_pass.tile_vectors = saved
+@contextlib.contextmanager
+def gather_transpose_code():
+    """emit_transpose as it was at 7ce8a69 (a copy's row lane by lane from 16 source rows: gathers), while built."""
+    import subprocess, types
+    from cortex_tvm import compile_cache
+    source = subprocess.run(["git", "show", "7ce8a69:python/cortex_tvm/adjoint_copies.py"], capture_output=True,
+                            text=True, check=True).stdout
+    old = types.ModuleType("cortex_tvm.adjoint_copies_gathers")
+    old.__package__ = "cortex_tvm"
+    exec(compile(source, "adjoint_copies_gathers.py", "exec"), old.__dict__)
+    saved = adjoint_kernel.emit_transpose
+    adjoint_kernel.emit_transpose = old.emit_transpose
+    compile_cache._cache.clear()
+    try: yield
+    finally:
+        adjoint_kernel.emit_transpose = saved
+        compile_cache._cache.clear()
 null = contextlib.nullcontext
 #: each lever's (context the "new" arm is built in, the "old" arm's)
 new_code, old_code = {"recip": (recip_code, null), "split": (split_code, null), "panels": (null, old_code),
-                      "aligned": (null, unaligned_code), "flush": (null, unflushed_code)}[ARM]
+                      "aligned": (null, unaligned_code), "flush": (null, unflushed_code),
+                      "vectors": (two_vector_code, null),
+                      "transpose": (null, gather_transpose_code)}[ARM]
 arms = {}
 for arm in ("new", "old"):
     model = make(hidden_size=H, vocab_size=len(vocab), seed=0, **width)
