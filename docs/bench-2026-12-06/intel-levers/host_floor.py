@@ -2,7 +2,8 @@
 # ct.optim.Adagrad with DGL's groups, 10 SST batches, argv[2] "same": the first batch every time): each wrapped
 # function's inclusive time per step, median of the last 20 steps.  NOOP=1: from the third round on the level pass
 # is skipped (its kernels do not run; the host's work alone, its caches warm; the pullback then finds no gradient
-# and `vjp` zeroes a U- and W-sized array for each, about 0.1-0.2 ms not in a real step).
+# and `vjp` zeroes a U- and W-sized array for each, about 0.1-0.2 ms not in a real step).  TWICE=1: optimizer.step()
+# a second time right after the first, timed on its own ("opt step again").
 import os, sys, time, functools, collections
 os.environ.setdefault("TVM_NUM_THREADS", "2"); os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np, torch
@@ -38,6 +39,7 @@ rng = np.random.default_rng(0)
 batches = [[trees[i] for i in rng.permutation(len(trees))[:B]] for _ in range(10)]
 same = len(sys.argv) > 2
 noop = os.environ.get("NOOP")
+twice = os.environ.get("TWICE")
 for rnd in range(6):
     if noop and rnd == 2:
         adjoint_pass.LevelPass.__call__ = lambda self, *a, **k: [] if k.get("part") != "forward" else None
@@ -48,6 +50,8 @@ for rnd in range(6):
         out = module(batch); t1 = time.perf_counter()
         (out * R).sum().backward(); t2 = time.perf_counter()
         optimizer.step(); t3 = time.perf_counter()
+        if twice:                       # a second step right after, timed on its own (caches warm from the first)
+            optimizer.step(); times["opt step again"].append(time.perf_counter() - t3)
         times["module forward"].append(t1 - t0); times["backward()"].append(t2 - t1); times["opt step"].append(t3 - t2); times["step"].append(t3-t0)
 steps = len(times["step"])
 for k, v in times.items():

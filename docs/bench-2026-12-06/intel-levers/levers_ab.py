@@ -59,21 +59,27 @@ def split_code():
     try: yield
     finally: adjoint_nest.SPLIT_WEIGHT_BYTES = before
 @contextlib.contextmanager
-def old_code():
-    """The weights' copies as they were before panels (b366e8d's adjoint_copies.py, read from git), while built."""
+def copies_at(commit, names, clear=False):
+    """adjoint_kernel's `names` from `commit`'s adjoint_copies.py (read from git) while built; clear: the compile
+    cache emptied around it, so that nothing built is shared between the arms."""
     import subprocess, types
-    source = subprocess.run(["git", "show", "b366e8d:python/cortex_tvm/adjoint_copies.py"], capture_output=True,
+    from cortex_tvm import compile_cache
+    source = subprocess.run(["git", "show", f"{commit}:python/cortex_tvm/adjoint_copies.py"], capture_output=True,
                             text=True, check=True).stdout
-    old = types.ModuleType("cortex_tvm.adjoint_copies_before")
+    old = types.ModuleType(f"cortex_tvm.adjoint_copies_{commit}")
     old.__package__ = "cortex_tvm"
-    exec(compile(source, "adjoint_copies_before.py", "exec"), old.__dict__)
-    names = ("Transposed", "Widened", "emit_transpose", "emit_widen", "copied_reads")
+    exec(compile(source, f"adjoint_copies_{commit}.py", "exec"), old.__dict__)
     saved = {n: getattr(adjoint_kernel, n) for n in names}
     for n in names:
         setattr(adjoint_kernel, n, getattr(old, n))
+    if clear: compile_cache._cache.clear()
     try: yield
     finally:
         for n, v in saved.items(): setattr(adjoint_kernel, n, v)
+        if clear: compile_cache._cache.clear()
+def old_code():
+    """The weights' copies as they were before panels (b366e8d's adjoint_copies.py), while built."""
+    return copies_at("b366e8d", ("Transposed", "Widened", "emit_transpose", "emit_widen", "copied_reads"))
 @contextlib.contextmanager
 def unaligned_code():
     """copied_reads as before d72a7a7, no backward copy (`Widened`) for blocks of whole lines (h = 128, 256), while
@@ -109,23 +115,9 @@ def two_vector_code():
     adjoint_pass.tile_vectors = lambda info: 2 if info.registers >= 32 else 1
     try: yield
     finally: adjoint_pass.tile_vectors = saved
-@contextlib.contextmanager
 def gather_transpose_code():
     """emit_transpose as it was at 7ce8a69 (a copy's row lane by lane from 16 source rows: gathers), while built."""
-    import subprocess, types
-    from cortex_tvm import compile_cache
-    source = subprocess.run(["git", "show", "7ce8a69:python/cortex_tvm/adjoint_copies.py"], capture_output=True,
-                            text=True, check=True).stdout
-    old = types.ModuleType("cortex_tvm.adjoint_copies_gathers")
-    old.__package__ = "cortex_tvm"
-    exec(compile(source, "adjoint_copies_gathers.py", "exec"), old.__dict__)
-    saved = adjoint_kernel.emit_transpose
-    adjoint_kernel.emit_transpose = old.emit_transpose
-    compile_cache._cache.clear()
-    try: yield
-    finally:
-        adjoint_kernel.emit_transpose = saved
-        compile_cache._cache.clear()
+    return copies_at("7ce8a69", ("emit_transpose",), clear=True)
 null = contextlib.nullcontext
 #: each lever's (context the "new" arm is built in, the "old" arm's)
 new_code, old_code = {"recip": (recip_code, null), "split": (split_code, null), "panels": (null, old_code),
