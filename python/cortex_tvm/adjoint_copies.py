@@ -151,9 +151,9 @@ def emit_transpose(source, out, layout, tile: int = 16):
     `tile` elements (each tile's rows and columns a few cache lines) shared among the cores, a
     block of the layout's at a time.  Within a tile each source row is read along its columns and
     written down the copy's rows, one lane each: LLVM then makes plain loads and stores, where the
-    other order (a copy's row, lane by lane, from `tile` source rows) became gathers, 1.3-1.9x
-    slower on Zen 4 (TreeLSTM h = 150's U, 750 x 300: 33 against 43-63 us with warm caches, 53-73
-    against 79-121 us just after the weight was written; `docs/bench-2026-12-07/transpose/`).
+    other order (a copy's row, lane by lane, from `tile` source rows) became gathers, 1.3-1.6x
+    slower on Zen 4 at h = 150 (U, 750 x 300: 33 against 41 us with warm caches, 50 against 73
+    just after the weight was written; W alike; `docs/bench-2026-12-07/transpose/`).
     numpy's strided copy of U and W (450 x 300, x = 300), on one core, cost 0.15-0.26 ms a
     training step more than the tiles on Zen 4 (docs/training.md, "Speed")."""
     rows, cols = (int(d) for d in source.shape)
