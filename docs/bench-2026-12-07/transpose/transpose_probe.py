@@ -1,10 +1,10 @@
 # transpose into panels: out[b*P + i//16, k, i%16] = w[b*block + i, k], w (rows, K); variants timed, 2 threads
-import os, sys, time
+import os, sys
 os.environ.setdefault("TVM_NUM_THREADS", "2")
-import numpy as np, tvm
+import numpy as np
 from tvm.script import tirx as T
-from cortex_tvm import tir_pipeline
 from cortex_tvm.target import make_target
+from probe_timing import run_variants
 ROWS, K, BLOCK = (int(a) for a in sys.argv[1:4]) if len(sys.argv) > 3 else (750, 300, 150)
 PAD = -(-BLOCK // 16) * 16; PB = PAD // 16; NB = ROWS // BLOCK; NP = NB * PB
 KT = -(-K // 16)
@@ -101,24 +101,9 @@ def variant_tile8():
     return f
 target = make_target({"kind": "llvm", "mcpu": os.environ["TGT"]} if os.environ.get("TGT") else "llvm")
 w = np.random.default_rng(0).standard_normal((ROWS, K)).astype(np.float32)
-ref = np.zeros((NP, K, 16), np.float32)
+ref = np.zeros((NP, K, 16), np.float32); mask = np.zeros((NP, K, 16), bool)
 for b in range(NB):
     for i in range(BLOCK):
-        ref[b * PB + i // 16, :, i % 16] = w[b * BLOCK + i]
-names = sys.argv[4:] or ["current", "rowread", "unrolled", "tile_rowread", "tile_vec"]
-for name in names:
-    fn = tvm.compile(tvm.IRModule({"f": globals()["variant_" + name]()}), target=target, tir_pipeline=tir_pipeline.NAME)["f"]
-    wt = tvm.runtime.tensor(w); ot = tvm.runtime.tensor(np.zeros((NP, K, 16), np.float32))
-    fn(wt, ot)
-    got = ot.numpy(); mask = np.zeros((NP, K, 16), bool)
-    for b in range(NB):
-        for i in range(BLOCK): mask[b * PB + i // 16, :, i % 16] = True
-    ok = np.array_equal(got[mask], ref[mask])
-    best = 1e9; cold = []
-    big = np.zeros(8 << 20, np.float32)
-    for _ in range(300):
-        t = time.perf_counter(); fn(wt, ot); best = min(best, time.perf_counter() - t)
-    for _ in range(100):
-        big += 1; wt.copyfrom(w)            # caches full of other data, the source just written by this thread
-        t = time.perf_counter(); fn(wt, ot); cold.append(time.perf_counter() - t)
-    print(f"{name:14s} warm {best * 1e6:7.1f} us  {ROWS*K/best/1e9:5.2f} Gelem/s   cold median {np.median(cold)*1e6:7.1f} us  correct={ok}")
+        ref[b * PB + i // 16, :, i % 16] = w[b * BLOCK + i]; mask[b * PB + i // 16, :, i % 16] = True
+run_variants({n[len("variant_"):]: f for n, f in globals().items() if n.startswith("variant_")},
+             sys.argv[4:] or ["current", "rowread", "unrolled", "tile_rowread", "tile_vec"], w, ref, mask, target, ROWS * K)

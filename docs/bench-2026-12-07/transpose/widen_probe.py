@@ -1,10 +1,10 @@
 # widen into panels: out[b*PB + i//16, r, i%16] = w[r, b*block + i], w (R, C = NB*block); variants, 2 threads
-import os, sys, time
+import os, sys
 os.environ.setdefault("TVM_NUM_THREADS", "2")
-import numpy as np, tvm
+import numpy as np
 from tvm.script import tirx as T
-from cortex_tvm import tir_pipeline
 from cortex_tvm.target import make_target
+from probe_timing import run_variants
 R, C, BLOCK = (int(a) for a in sys.argv[1:4])
 PAD = -(-BLOCK // 16) * 16; PB = PAD // 16; NB = C // BLOCK; NP = NB * PB
 WH = BLOCK // 16; TAIL = BLOCK % 16
@@ -71,15 +71,5 @@ ref = np.zeros((NP, R, 16), np.float32); mask = np.zeros((NP, R, 16), bool)
 for b in range(NB):
     for i in range(BLOCK):
         ref[b * PB + i // 16, :, i % 16] = w[:, b * BLOCK + i]; mask[b * PB + i // 16, :, i % 16] = True
-big = np.zeros(8 << 20, np.float32)
-for name in sys.argv[4:] or ["current", "simple_index", "panel_major", "rows_chunked"]:
-    fn = tvm.compile(tvm.IRModule({"f": globals()["variant_" + name]()}), target=target, tir_pipeline=tir_pipeline.NAME)["f"]
-    wt = tvm.runtime.tensor(w); ot = tvm.runtime.tensor(np.zeros((NP, R, 16), np.float32))
-    fn(wt, ot); ok = np.array_equal(ot.numpy()[mask], ref[mask])
-    best = 1e9; cold = []
-    for _ in range(300):
-        t = time.perf_counter(); fn(wt, ot); best = min(best, time.perf_counter() - t)
-    for _ in range(100):
-        big += 1; wt.copyfrom(w)
-        t = time.perf_counter(); fn(wt, ot); cold.append(time.perf_counter() - t)
-    print(f"{name:14s} warm {best * 1e6:7.1f} us   cold median {np.median(cold)*1e6:7.1f} us  correct={ok}")
+run_variants({n[len("variant_"):]: f for n, f in globals().items() if n.startswith("variant_")},
+             sys.argv[4:] or ["current", "simple_index", "panel_major", "rows_chunked"], w, ref, mask, target)
