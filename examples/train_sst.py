@@ -13,6 +13,7 @@ The optimizer is `ct.optim.Adagrad`, torch.optim.Adagrad's update as one compile
 
     python examples/train_sst.py                       # the bundled SST dev trees, split 80/20
     python examples/train_sst.py --trees train.txt --test dev.txt --epochs 5
+    CORTEX_TVM_CACHE_DIR=~/.cache/cortex_tvm python examples/train_sst.py   # later runs skip the build
 
 Prints how many vectors of h the training forward keeps per node for the backward, then each
 epoch's mean loss, the training time per tree, node and root accuracy on the held-out trees and
@@ -122,8 +123,9 @@ def main(argv=None):
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
     model, encoder = make_encoder(len(vocab), args.hidden, args.embed, args.seed, not args.dense_embedding)
+    keep = "" if os.environ.get("CORTEX_TVM_CACHE_DIR") else " (CORTEX_TVM_CACHE_DIR=<a folder> keeps the build)"
     print(f"TreeLSTM h={args.hidden} x={args.embed}, {len(vocab)} words: compiled with its backward in "
-          f"{time.perf_counter() - start:.1f} s; {len(train)} training trees, {len(test)} test trees")
+          f"{time.perf_counter() - start:.1f} s{keep}; {len(train)} training trees, {len(test)} test trees")
     level_pass = encoder.compiled.adjoint.level_pass
     if level_pass is not None:
         print(f"the training forward keeps {level_pass.saved_vectors('internal')} vectors of h per internal node "

@@ -10,7 +10,8 @@ import threading
 import numpy as np
 import tvm
 
-from . import ra, tir_pipeline
+from . import ra
+from .compile_cache import build_functions
 from .adjoint_emit import StageEmitter
 from .adjoint_kernel import NAMES, level_pass, transient_blocks
 from .adjoint_nest import tile_vectors
@@ -54,9 +55,8 @@ class LevelPass:
                              for name in ("leaf", "internal")}
         (forward, self.params), (backward, _) = self.build("forward", True), self.build("backward", True)
         names = (NAMES["forward"][True], NAMES["backward"][True])
-        executable = tvm.compile(tvm.IRModule(dict(zip(names, (forward, backward)))), target=target,
-                                 tir_pipeline=tir_pipeline.NAME)
-        self._functions = {("forward", True): executable[names[0]], ("backward", True): executable[names[1]]}
+        built = build_functions(dict(zip(names, (forward, backward))), target)      # (at once, cached)
+        self._functions = {("forward", True): built[names[0]], ("backward", True): built[names[1]]}
         #: stage -> keys of the blocks whose weight gradients the function computes (the numpy
         #: weight pass leaves them out)
         self.weight_blocks = {stage: {p[2] for p in self.params if p[0] in ("weight_read", "gathered")
@@ -102,8 +102,7 @@ class LevelPass:
         if (part, parallel) not in self._functions:
             func, _ = self.build(part, parallel)
             name = NAMES[part][parallel]
-            self._functions[(part, parallel)] = tvm.compile(tvm.IRModule({name: func}), target=self.target,
-                                                            tir_pipeline=tir_pipeline.NAME)[name]
+            self._functions[(part, parallel)] = build_functions({name: func}, self.target)[name]
         return self._functions[(part, parallel)]
 
     def __call__(self, lin, states, weights, d_states, whole, part: str = "all", gradient=None,

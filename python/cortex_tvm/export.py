@@ -164,7 +164,7 @@ def read(path, weights=None) -> dict:
     else:
         arrays = given_weights(meta, signature, weights)
     # the library's bytes as checked, mapped from a private copy: never the path itself
-    executable = tvm.runtime.Executable(integrity.load_library(integrity.read_checked(path, LIB, meta["files"])))
+    executable = integrity.LoadedLibrary(integrity.read_checked(path, LIB, meta["files"]))
     return {"vocab_bound": meta["vocab_bound"], "aliases": meta.get("aliases", {}), "signature": signature,
             "executable": executable, "target": Target(meta["target"]), "plan": plan, "weights": arrays,
             "recipe_name": meta["recipe"], "state_shapes": meta.get("visible_state_shapes"),

@@ -19,7 +19,8 @@ import tvm
 
 from .target import X86_ARCHES, X86_ISA, host_isa
 
-__all__ = ["file_digest", "seal", "check_seal", "check_files", "target_cpu", "check_cpu", "host_isa"]
+__all__ = ["file_digest", "seal", "check_seal", "check_files", "load_library", "LoadedLibrary", "target_cpu",
+           "check_cpu", "host_isa"]
 
 # ----------------------------------------------------------------------------- files
 def file_digest(path) -> dict:
@@ -94,6 +95,25 @@ def load_library(blob: bytes, directory=None):
         return tvm.runtime.load_module(private)
     finally:
         os.remove(private)        # the loaded library stays mapped
+
+
+class LoadedLibrary(tvm.runtime.Executable):
+    """An executable from the bytes of a shared library (`load_library`) that keeps those bytes:
+    exporting it writes them.  TVM's own `export_library` links the object code of what
+    `tvm.compile` built, which a loaded library no longer has (g++ stopped with "no input files"
+    for a model from the disk cache or from `cortex_tvm.load`, exported again)."""
+
+    def __init__(self, blob: bytes, directory=None):
+        super().__init__(load_library(blob, directory))
+        #: the library's bytes, exactly as loaded
+        self.library_bytes = blob
+
+    def export_library(self, file_name, **options):
+        if options:
+            raise ValueError(f"a loaded library is exported as it was loaded; options {sorted(options)} "
+                             "need the compiled module (compile the model again)")
+        with open(file_name, "wb") as f:
+            f.write(self.library_bytes)
 
 
 # ----------------------------------------------------------------------------- CPU

@@ -66,6 +66,11 @@ class RecursiveCall:
     """The scheduled recursive kernel of `model` as a Relax call with dynamic sizes."""
 
     def __init__(self, model, target="llvm", schedule=None, precision="fp32"):
+        if not callable(getattr(model, "lower", None)):      # (the padding's analysis lowers it)
+            hint = (": pass the model itself, not what its compile() returned; the Relax module is compiled "
+                    "by its own tvm.compile" if type(model).__name__ == "CompiledModel" else "")
+            raise TypeError(f"as_relax: expected a model (a zoo model, ct.ProgramModel or a @ct.recursive "
+                            f"cell's), got {type(model).__name__}{hint}")
         tgt = _build.make_target(target)
         _recipes.check_precision(precision, tgt)
         # the sizes padded to the vector width as compile() pads them; the roots are sliced back

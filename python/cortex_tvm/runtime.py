@@ -7,10 +7,8 @@ import time
 import numpy as np
 import tvm
 
-from . import export as _export, linearize as _linearize
-from . import torch_interop
+from . import export as _export, linearize as _linearize, torch_interop
 from .integrity import cannot_run_here  # noqa: F401 (compiler and tests import it here)
-# ALIGN, aligned and model_weight_arrays: re-exported, tests read them here
 from .kernel_args import ALIGN, aligned, aligned_empty, kernel_weights, launch, model_weight_arrays  # noqa: F401
 from .call_args import NO_TREES, Pullback, adjoint_array, one_input
 from .node_features import check_slot_rows
@@ -371,11 +369,9 @@ class CompiledModel:
         return out, Pullback(pullback, adjoint, plain, batch_rows)
 
     def as_torch(self, sparse: bool = False):
-        """This model as a `torch.nn.Module` whose forward(trees) returns a torch.Tensor (DLPack,
-        no copy); ImportError if torch is not installed.  See `cortex_tvm.torch_interop`.
-        Compiled with training=True, the module holds the weights as `nn.Parameter`s and
-        `loss.backward()` fills their `.grad`; sparse=True makes an embedding's a sparse tensor.
-
+        """This model as a `torch.nn.Module` whose forward(trees) returns a torch.Tensor (DLPack, no copy;
+        ImportError without torch; `cortex_tvm.torch_interop`).  With training=True the weights are its
+        `nn.Parameter`s, `loss.backward()` fills their `.grad`, and sparse=True makes an embedding's sparse.
         Example: ``logits = torch.nn.Linear(H, 5)(compiled.as_torch()(trees))``."""
         return torch_interop.as_torch(self, sparse)
 
@@ -383,6 +379,10 @@ class CompiledModel:
         """Write the kernel library, weights and everything needed to run it to the directory
         `path`; `cortex_tvm.load(path)` runs it in another process without compiling."""
         return _export.export(self, path)
+
+    def __reduce__(self):       # (pickle, copy.deepcopy: TVM's own error was "llvm is not binary serializable")
+        raise TypeError("a CompiledModel holds compiled code, which pickle cannot copy: write it with "
+                        "compiled.export(path) and read it with cortex_tvm.load(path) where it is needed")
 
     def inspect_source(self) -> str:
         """Generated source: CUDA for a GPU target, LLVM IR for the CPU."""

@@ -50,7 +50,8 @@ def to_torch(array: np.ndarray):
 #: said once per as_torch() call: a fine-tune through this module would not train the encoder
 INFERENCE_ONLY = ("as_torch(): inference only. The module has no parameters and its outputs carry no "
                   "gradient, so a loss backpropagated through it does not reach the recursive model's "
-                  "weights; train a PyTorch copy of the model and load its state_dict instead")
+                  "weights; to train through it, compile the model with training=True (a model loaded from "
+                  "an export: compile it again and load_weights(the exported weights))")
 #: said when a trained module is made while PyTorch's OpenMP threads spin between its ops
 SPINNING_THREADS = ("as_torch(): PyTorch's OpenMP threads spin for milliseconds after each of its parallel ops, on "
                     "the cores the compiled model's threads need next: set OMP_WAIT_POLICY=PASSIVE before torch is "

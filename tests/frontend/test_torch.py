@@ -78,7 +78,8 @@ def test_weights_given_as_torch_tensors(compiled):
 def test_as_torch_says_it_is_inference_only_and_what_to_do_instead(compiled, tmp_path):
     torch = pytest.importorskip("torch")
     zoo, model = compiled
-    with pytest.warns(UserWarning, match="inference only.*no parameters.*no gradient"):
+    said = "inference only.*no parameters.*no gradient.*compile the model with training=True"
+    with pytest.warns(UserWarning, match=said):
         module = model.as_torch()
     assert list(module.parameters()) == [] and "inference only" in repr(module)
     per_tree = module(TREES[:3], all_nodes=True)          # every node's state, one tensor per tree

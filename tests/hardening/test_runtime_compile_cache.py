@@ -98,3 +98,54 @@ def test_disk_cache_key_covers_source_target_and_pass_config(tmp_path, monkeypat
     assert a != compile_cache._disk_path(other.mod, llvm, {})
     monkeypatch.setattr(compile_cache, "_source_fingerprint", "edited")
     assert a != compile_cache._disk_path(mod, llvm, {})
+
+
+def test_a_training_pass_builds_once_per_process_and_serves_other_weights(sst, monkeypatch):
+    """The level pass (the training forward and backward) goes through the same cache: a second
+    model of the same program compiles nothing, and its gradients are its own weights' (the numpy
+    backward's, on the same states and adjoints)."""
+    import tvm
+    from cortex_tvm.adjoint import Adjoint
+
+    trees = sst[0][:6]
+    ct.models.TreeFC(hidden_size=8, vocab_size=len(sst[1]), seed=7).compile(training=True)
+    count, real, calls = ct.compile_count(), tvm.compile, []
+    monkeypatch.setattr(tvm, "compile", lambda *args, **kwargs: calls.append(args) or real(*args, **kwargs))
+    model = ct.models.TreeFC(hidden_size=8, vocab_size=len(sst[1]), seed=8)
+    compiled = model.compile(training=True)
+    assert not calls and ct.compile_count() == count
+    assert compiled.adjoint.level_pass is not None, compiled.adjoint.level_pass_note
+    out, vjp = compiled.vjp(trees, all_nodes=True)
+    d_out = [np.random.default_rng(1).standard_normal(o.shape).astype(np.float32) for o in out]
+    grads = vjp(d_out)
+    lin = model.linearize(trees)
+    states = model.numpy_forward(lin)
+    d_states = [np.zeros_like(s) for s in states]
+    d_states[0][lin.node_slots] = np.concatenate(d_out)
+    want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, d_states)
+    assert set(grads) == set(want)
+    for name in want:
+        np.testing.assert_allclose(grads[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_a_model_from_the_disk_cache_exports_and_a_loaded_one_exports_again(tmp_path, monkeypatch):
+    """TVM's export_library links the object code of a fresh build, which a library loaded from
+    the disk cache or from an export lacks (g++ stopped with "no input files"): such a model
+    exports the library's bytes as loaded, and the export loads and computes the same."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("CORTEX_TVM_CACHE_DIR", str(cache))
+    from cortex_tvm import compile_cache
+    trees = random_trees(5, (1, 10), seed=4, vocab_size=23)
+    monkeypatch.setattr(compile_cache, "_cache", {})           # (built here, so stored in this cache)
+    built = ct.models.TreeFC(hidden_size=8, vocab_size=23, seed=9).compile(schedule="auto")
+    monkeypatch.setattr(compile_cache, "_cache", {})           # as a second process: from the disk
+    count = ct.compile_count()
+    cached = ct.models.TreeFC(hidden_size=8, vocab_size=23, seed=9).compile(schedule="auto")
+    assert ct.compile_count() == count and cached.executable is not built.executable
+    cached.export(tmp_path / "from_cache")
+    loaded = ct.load(tmp_path / "from_cache")
+    loaded.export(tmp_path / "again")
+    again = ct.load(tmp_path / "again")
+    want = built(trees)
+    for model in (cached, loaded, again):
+        np.testing.assert_array_equal(model(trees), want)

@@ -61,6 +61,16 @@ def test_per_level_plan_is_rejected():
         RecursiveCall(model, "llvm", schedule=lambda rs: rs.per_level_kernels())
 
 
+def test_a_compiled_model_or_another_object_is_refused_by_name():
+    """as_relax compiles the model's kernel itself: handed what compile() returned, it said
+    "'CompiledModel' object has no attribute 'lower'" from deep inside the padding's analysis."""
+    model = ct.models.TreeFC(hidden_size=16, vocab_size=20)
+    with pytest.raises(TypeError, match="got CompiledModel: pass the model itself, not what its compile"):
+        ct.relax.as_relax(model.compile())
+    with pytest.raises(TypeError, match="as_relax: expected a model .*got dict$"):
+        RecursiveCall(model.weights, "llvm")
+
+
 def test_sst_classifier_example(sst):
     ex = _example()
     trees, vocab = sst

@@ -202,9 +202,13 @@ def test_training_errors(setup):
     bad = dict(model.weights, U=np.zeros((5 * H, H), np.float32))
     with pytest.raises(ValueError, match="U"):
         compiled.load_weights(bad)
+    import copy
+    import pickle
     with pytest.raises(TypeError, match="state_dict"):
-        import pickle
         pickle.dumps(compiled.as_torch())
+    for copied in (pickle.dumps, copy.deepcopy):        # (TVM's own error named no way out)
+        with pytest.raises(TypeError, match=r"pickle cannot copy.*export\(path\).*cortex_tvm.load"):
+            copied(compiled)
 
 
 def test_an_operation_without_a_derivative_rule_is_refused_by_name():
