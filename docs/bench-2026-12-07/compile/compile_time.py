@@ -1,7 +1,7 @@
 # compile(training=True)'s seconds in fresh processes: argv[1] a checkout's python/ folder (this one or an older
 # commit's worktree), argv[2] "disk": with CORTEX_TVM_CACHE_DIR set to argv[3] (the first run fills it, a second
 # one reads it).  Prints one JSON line per model: TreeLSTM x = 300, h = 150 (DGL's SST sizes) and TreeFC h = 150.
-import json, os, subprocess, sys, time
+import json, os, subprocess, sys
 SCRIPT = """
 import json, time, cortex_tvm as ct
 trees, vocab = ct.data.sst_sample()
