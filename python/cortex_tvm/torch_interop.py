@@ -52,6 +52,11 @@ INFERENCE_ONLY = ("as_torch(): inference only. The module has no parameters and 
                   "gradient, so a loss backpropagated through it does not reach the recursive model's "
                   "weights; to train through it, compile the model with training=True (a model loaded from "
                   "an export: compile it again and load_weights(the exported weights))")
+#: said at a sparse module's first training forward in a process of a torch.distributed group
+SPARSE_DISTRIBUTED = ("as_torch(sparse=True) in a torch.distributed process group: DistributedDataParallel takes "
+                      "sparse gradients only from nn.Embedding modules, and with this module's it fails in the "
+                      "backward (\"Cannot access storage of SparseTensorImpl\"); under DDP use as_torch(), whose "
+                      "embedding gradient is dense")
 #: said when a trained module is made while PyTorch's OpenMP threads spin between its ops
 SPINNING_THREADS = ("as_torch(): PyTorch's OpenMP threads spin for milliseconds after each of its parallel ops, on "
                     "the cores the compiled model's threads need next: set OMP_WAIT_POLICY=PASSIVE before torch is "
@@ -77,7 +82,8 @@ def as_torch(compiled, sparse: bool = False):
     gives.  An optimizer then updates those rows, not the whole table: `torch.optim.SGD`,
     `SparseAdam`, or `Adagrad` with the table in a parameter group without weight decay (DGL's
     TreeLSTM recipe: lr 0.1 x the others', no decay), which a sparse gradient needs.  Not under
-    DistributedDataParallel, which takes sparse gradients only from nn.Embedding modules.
+    DistributedDataParallel, which takes sparse gradients only from nn.Embedding modules: in a
+    torch.distributed process group the first training forward warns (SPARSE_DISTRIBUTED).
 
     Example (training, one Adagrad group; examples/train_sst.py has DGL's two, sparse)::
 
@@ -101,6 +107,10 @@ def as_torch(compiled, sparse: bool = False):
 
 
 _CLASS = None
+
+
+def _in_process_group(torch) -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def _module_class():
@@ -162,7 +172,7 @@ def _module_class():
             for name in self.weight_names:
                 self.register_parameter(name, torch.nn.Parameter(torch.from_numpy(
                     np.array(compiled.training_weights[name], np.float32))))
-            self._seen, self._loaded = None, None
+            self._seen, self._loaded, self._said_distributed = None, None, False
             if self.trainable:
                 self._sync()
 
@@ -185,6 +195,9 @@ def _module_class():
             if self.trainable:
                 self._sync()
                 if torch.is_grad_enabled():
+                    if self.sparse and not self._said_distributed and _in_process_group(torch):
+                        self._said_distributed = True
+                        warnings.warn(SPARSE_DISTRIBUTED, UserWarning, stacklevel=2)
                     sizes = [] if all_nodes else None
                     out = RecursiveFunction.apply(self, trees, sizes, features, *self._parameters.values())
                     return list(torch.split(out, sizes)) if all_nodes else out

@@ -51,3 +51,31 @@ def test_ddp_gradients_equal_one_process_on_the_union(tmp_path):
     with torch.no_grad():
         stepped = module(trees[:w.TREES]).numpy()
     np.testing.assert_allclose(np.concatenate([r["stepped"] for r in ranks]), stepped, rtol=1e-5, atol=1e-6)
+
+
+def test_a_sparse_module_in_a_process_group_says_ddp_cannot_take_it(monkeypatch):
+    """DDP takes sparse gradients only from nn.Embedding modules; with as_torch(sparse=True) it
+    failed in the backward with torch's "Cannot access storage of SparseTensorImpl" alone: the
+    module's first training forward in a process group says why and what to use (once)."""
+    import warnings
+
+    import torch.distributed as dist
+    trees, vocab = ct.data.sst_sample()
+    module = ct.models.TreeFC(hidden_size=8, vocab_size=len(vocab), seed=1).compile(
+        training=True).as_torch(sparse=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")              # no warning outside a process group
+        module(trees[:2]).sum().backward()
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        with pytest.warns(UserWarning, match=r"sparse=True\) in a torch.distributed process group.*as_torch\(\)"):
+            module(trees[:2])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")          # said once
+            ddp = torch.nn.parallel.DistributedDataParallel(module)
+            with pytest.raises(RuntimeError, match="SparseTensorImpl"):
+                ddp(trees[:2]).sum().backward()
+    finally:
+        dist.destroy_process_group()
