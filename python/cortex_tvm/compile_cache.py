@@ -113,16 +113,27 @@ def _disk_store(executable, path):
         warnings.warn(f"compile cache: cannot write {path} ({err})", stacklevel=4)
 
 
-def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = None):
-    """tvm.compile with an in-process cache keyed by the IR's structural hash, target and config,
-    and an optional disk cache (CORTEX_TVM_CACHE_DIR) shared between processes.  Different
-    modules build at once on different threads (LLVM releases the GIL); the same one, once.
-    With a disk cache the build is stored, then used from the stored library: the library's
-    machine code is made once, not again by TVM's JIT at the first call."""
+def compile_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = None):
+    """tvm.compile with this package's pipeline and the targets' checks, cached nowhere: what
+    `build_module` builds, and what needs the built module itself rather than its functions (an
+    object file for another machine, `compiler.cross_compile`; a library linked by another
+    toolchain, `tune.rpc`), which a library loaded from the disk cache no longer holds."""
     global _compiles
-    pass_config = pass_config or {}
     dot_bf16.check_target(mod, target)      # vdpbf16ps code for a CPU without it: a clear error, not SIGILL
     amx_bf16.check_target(mod, target)      # the same for AMX tiles, and the tile state Linux lends on request
+    with tvm.transform.PassContext(opt_level=3, config=pass_config or {}):
+        executable = tvm.compile(mod, target=target, tir_pipeline=tir_pipeline.NAME)
+    with _cache_lock:
+        _compiles += 1
+    return executable
+
+
+def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = None):
+    """`compile_module` with an in-process cache keyed by the IR's structural hash, target and
+    config, and an optional disk cache (CORTEX_TVM_CACHE_DIR) shared between processes, whose
+    entries load as `integrity.LoadedLibrary`.  Different modules build at once on different
+    threads (LLVM releases the GIL); the same one, once."""
+    pass_config = pass_config or {}
     key = (tvm_ffi.structural_hash(mod), str(target), repr(sorted(pass_config.items())))
     with _cache_lock:
         if key in _cache:
@@ -135,17 +146,23 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
         disk = _disk_path(mod, target, pass_config)
         executable = _disk_load(disk) if disk else None
         if executable is None:
-            with tvm.transform.PassContext(opt_level=3, config=pass_config):
-                executable = tvm.compile(mod, target=target, tir_pipeline=tir_pipeline.NAME)
-            with _cache_lock:
-                _compiles += 1
+            executable = compile_module(mod, target, pass_config)
             if disk:
                 _disk_store(executable, disk)
-                executable = _disk_load(disk) or executable
         with _cache_lock:
             _cache[key] = executable
             _building.pop(key, None)
         return executable
+
+
+def source_of(executable) -> str:
+    """The generated source of a built module: CUDA for a GPU target, LLVM IR for the CPU."""
+    if isinstance(executable, integrity.LoadedLibrary):
+        raise ValueError("inspect_source: this model's code was loaded from a shared library (cortex_tvm.load, "
+                         "or the disk compile cache, CORTEX_TVM_CACHE_DIR), which keeps no source; compile "
+                         "it in a process without that variable to read its source")
+    mod = executable.mod
+    return (mod.imports[0] if len(mod.imports) else mod).inspect_source()
 
 
 def build_functions(functions: dict, target: Target, pass_config: dict | None = None) -> dict:

@@ -20,7 +20,7 @@ import numpy as np
 from . import recipes
 from .adjoint import Adjoint
 from .build import build_schedule, schedule_model
-from .compile_cache import build_module
+from .compile_cache import compile_module
 # padded_model (and compiled_form, its deprecated old name): imported from here
 from .policy.padding import ProgramFacts, compiled_form, padded_model, program_facts  # noqa: F401
 from .recipes import Recipe, check_precision, with_precision
@@ -169,7 +169,7 @@ def cross_compile(model, target, path, schedule=None, precision="fp32") -> str:
     check_precision(precision, tgt)
     rs = scheduled(facts, with_precision(recipes.resolve(padded, tgt, schedule, facts), precision)).rs
     mod = rs.finalize().module()
-    build_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")
+    compile_module(mod, tgt, rs.plan.pass_config()).mod.write_to_file(str(path), "o")   # (not a cached library)
     padding = {} if facts.padding is None else facts.padding.weight_padding
     with open(f"{path}.json", "w", encoding="utf-8") as f:
         json.dump({"model": type(model).__name__, "target": str(tgt), "precision": precision,

@@ -11,6 +11,7 @@ from . import export as _export, linearize as _linearize, torch_interop
 from .integrity import cannot_run_here  # noqa: F401 (compiler and tests import it here)
 from .kernel_args import ALIGN, aligned, aligned_empty, kernel_weights, launch, model_weight_arrays  # noqa: F401
 from .call_args import NO_TREES, Pullback, adjoint_array, one_input
+from .compile_cache import source_of
 from .node_features import check_slot_rows
 from .plan import CHECK_FUNC, kernel_names
 from .weights import check_rows, checked_weights, pad_blocks
@@ -385,9 +386,8 @@ class CompiledModel:
                         "compiled.export(path) and read it with cortex_tvm.load(path) where it is needed")
 
     def inspect_source(self) -> str:
-        """Generated source: CUDA for a GPU target, LLVM IR for the CPU."""
-        mod = self.executable.mod
-        return (mod.imports[0] if len(mod.imports) else mod).inspect_source()
+        """Generated source: CUDA for a GPU target, LLVM IR for the CPU (ValueError for loaded code)."""
+        return source_of(self.executable)
 
 
 def load(path, weights=None) -> CompiledModel:

@@ -120,6 +120,10 @@ def _module_class():
         return _CLASS
     torch = _torch()
 
+    # torch.compile of a model holding this module: Dynamo traced into the linearizer's numpy and
+    # stopped ("Expected np.nditer base"); the compiled kernel runs as it is, between compiled graphs
+    eager = getattr(getattr(torch, "compiler", None), "disable", lambda function: function)
+
     class RecursiveFunction(torch.autograd.Function):
         """The compiled forward and the generated backward as one autograd node."""
 
@@ -184,10 +188,15 @@ def _module_class():
             or all of them where it holds another's weights (a second module, a load_weights)."""
             versions = self._versions()
             if versions != self._seen or self.compiled.training_weights is not self._loaded:
+                other = next((name for name, p in self._parameters.items() if p.dtype != torch.float32), None)
+                if other is not None:                   # (module.double(), .half(), .to(dtype))
+                    raise TypeError(f"as_torch module: parameter {other!r} is {self._parameters[other].dtype}; the "
+                                    "compiled model computes in float32 (module.float() makes it so again)")
                 self.compiled.load_weights(dict(self._parameters), copy=False)
                 self.transform_seconds = self.compiled.transform_seconds
                 self._seen, self._loaded = versions, self.compiled.training_weights
 
+        @eager
         def forward(self, trees, all_nodes: bool = False, features=None):
             """features: the batch's per-node feature rows for a model that reads them (a tensor,
             (nodes, F), in the order all_nodes lists nodes); trained, its gradient flows back to

@@ -149,3 +149,22 @@ def test_a_model_from_the_disk_cache_exports_and_a_loaded_one_exports_again(tmp_
     want = built(trees)
     for model in (cached, loaded, again):
         np.testing.assert_array_equal(model(trees), want)
+        with pytest.raises(ValueError, match="loaded from a shared library .* keeps no source"):
+            model.inspect_source()                  # (it returned "" for a library)
+    assert "define" in built.inspect_source()
+
+
+def test_cross_compile_with_a_disk_cache_writes_the_object_every_time(tmp_path, monkeypatch):
+    """cross_compile writes the built module's object code, which a library from the disk cache
+    does not hold ("Module[library] does not support WriteToFile" on the second run): it builds
+    outside the cache."""
+    from cortex_tvm import compile_cache
+    from cortex_tvm.compiler import cross_compile
+
+    monkeypatch.setenv("CORTEX_TVM_CACHE_DIR", str(tmp_path / "cache"))
+    model = ct.models.TreeFC(hidden_size=8, vocab_size=23, seed=9)
+    for name in ("first.o", "second.o"):
+        monkeypatch.setattr(compile_cache, "_cache", {})       # each as a new process
+        path = cross_compile(model, {"kind": "llvm", "mcpu": "haswell"}, tmp_path / name)
+        assert open(path, "rb").read(4) == b"\x7fELF"
+    assert (tmp_path / "first.o").read_bytes() == (tmp_path / "second.o").read_bytes()

@@ -95,6 +95,26 @@ def test_loss_backward_fills_grad_through_torch_layers(setup):
     assert classifier.weight.grad is not None
 
 
+def test_torch_compile_of_a_model_holding_the_module_gives_the_eager_gradients(setup, monkeypatch):
+    """torch.compile traced into the module's linearizer and stopped ("Expected np.nditer base")
+    where the process had not linearized before (Dynamo made the linearizer's first, cached array):
+    the module's forward runs outside Dynamo's graphs, the layers around it inside them."""
+    from cortex_tvm import linearize
+    monkeypatch.setattr(linearize, "_sentinel_columns", {})     # as in a fresh process
+    trees, _, compiled = setup
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(compiled.as_torch(), torch.nn.Linear(H, 5))
+    labels = torch.arange(len(trees)) % 5
+    grads = []
+    for run in (torch.compile(net, backend="eager"), net):
+        net.zero_grad()
+        torch.nn.functional.cross_entropy(run(trees), labels).backward()
+        grads.append({name: p.grad.clone() for name, p in net.named_parameters()})
+    assert sorted(grads[0]) == ["0.U", "0.W", "0.bU", "0.bW", "0.emb", "1.bias", "1.weight"]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=0, atol=0, msg=name)
+
+
 def test_all_nodes_from_the_module_carry_gradients(setup):
     trees, model, compiled = setup
     module = compiled.as_torch()
@@ -206,6 +226,9 @@ def test_training_errors(setup):
     import pickle
     with pytest.raises(TypeError, match="state_dict"):
         pickle.dumps(compiled.as_torch())
+    for cast in ("double", "half"):
+        with pytest.raises(TypeError, match=r"parameter 'emb' is torch.float(64|16).*module.float\(\)"):
+            getattr(compiled.as_torch(), cast)()(trees)
     for copied in (pickle.dumps, copy.deepcopy):        # (TVM's own error named no way out)
         with pytest.raises(TypeError, match=r"pickle cannot copy.*export\(path\).*cortex_tvm.load"):
             copied(compiled)

@@ -24,7 +24,7 @@ import numpy as np
 import tvm
 
 from .. import build
-from ..compile_cache import build_module
+from ..compile_cache import compile_module
 from ..kernel_args import kernel_weights, model_weight_arrays
 from ..policy.padding import padded_model
 from ..plan import kernel_names
@@ -72,7 +72,7 @@ class RPCMeasurer(Measurer):
             if rs.plan.per_level:
                 return MeasureResult(error="invalid: remote measurement times one kernel call "
                                            "(per_level_kernels is not supported)")
-            executable = build_module(rs.finalize().module(), target, rs.plan.pass_config())
+            executable = compile_module(rs.finalize().module(), target, rs.plan.pass_config())   # linked below
             build_s = time.perf_counter() - start
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, "kernel.so")
