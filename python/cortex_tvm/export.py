@@ -119,6 +119,10 @@ def _read_meta(path):
     integrity.check_seal(meta, meta_path)
     integrity.check_files(path, meta.get("files"))
     integrity.check_cpu(meta.get("cpu"), os.path.join(path, LIB))
+    if Target(meta["target"]).kind.name == "cuda" and not tvm.runtime.enabled("cuda"):
+        # (TVM itself stopped in the loader: "a loader of that name is not registered")
+        raise ValueError(f"load: {path} holds CUDA code, and this TVM has no CUDA runtime "
+                         "(tvm.runtime.enabled('cuda') is False): load it where TVM is built with CUDA")
     return meta
 
 

@@ -150,6 +150,17 @@ def test_call_without_gpu_raises_clear_error(compiled):
         c([tree])
 
 
+def test_a_cuda_export_without_a_cuda_runtime_is_a_clear_error(compiled, tmp_path):
+    """TVM's loader stopped with "Library binary was created using {cuda} but a loader of that
+    name is not registered"; load says what the export holds and what it needs first."""
+    if tvm.runtime.enabled("cuda"):
+        pytest.skip("this TVM has a CUDA runtime; tests/gpu/test_cuda_run.py loads and runs CUDA code")
+    _, c, _ = compiled["TreeFC", "per_level"]
+    c.export(tmp_path / "cuda")
+    with pytest.raises(ValueError, match="holds CUDA code, and this TVM has no CUDA runtime"):
+        ct.load(tmp_path / "cuda")
+
+
 def test_default_cuda_compile_uses_persistent_kernel():
     model = ct.models.TreeFC(hidden_size=32, vocab_size=50)
     c = model.compile(target="cuda")
