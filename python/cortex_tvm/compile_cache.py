@@ -128,11 +128,13 @@ def compile_module(mod: tvm.IRModule, target: Target, pass_config: dict | None =
     return executable
 
 
-def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = None):
+def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = None, *, calls_only=False):
     """`compile_module` with an in-process cache keyed by the IR's structural hash, target and
     config, and an optional disk cache (CORTEX_TVM_CACHE_DIR) shared between processes, whose
     entries load as `integrity.LoadedLibrary`.  Different modules build at once on different
-    threads (LLVM releases the GIL); the same one, once."""
+    threads (LLVM releases the GIL); the same one, once.  calls_only (a caller that only calls
+    the module's functions): with a disk cache a fresh build is stored and then used from the
+    stored library, so its machine code is made once, for the library, not again by TVM's JIT."""
     pass_config = pass_config or {}
     key = (tvm_ffi.structural_hash(mod), str(target), repr(sorted(pass_config.items())))
     with _cache_lock:
@@ -149,6 +151,7 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
             executable = compile_module(mod, target, pass_config)
             if disk:
                 _disk_store(executable, disk)
+                executable = (_disk_load(disk) if calls_only else None) or executable
         with _cache_lock:
             _cache[key] = executable
             _building.pop(key, None)
@@ -171,7 +174,7 @@ def build_functions(functions: dict, target: Target, pass_config: dict | None = 
     pass's forward and backward took 6.3 s one after the other (TreeLSTM h = 150, Zen 4), their
     machine code 4.5 s more at the first call; on two cores the backward alone sets the time."""
     def callable_of(name):
-        return build_module(tvm.IRModule({name: functions[name]}), target, pass_config)[name]
+        return build_module(tvm.IRModule({name: functions[name]}), target, pass_config, calls_only=True)[name]
     workers = min(len(functions), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
     if workers <= 1:
         return {name: callable_of(name) for name in functions}

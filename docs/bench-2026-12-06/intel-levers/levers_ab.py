@@ -1,5 +1,5 @@
 # In-process A/B of the training step (as_torch(sparse=True) + ct.optim.Adagrad, DGL's groups), arm "new" against arm
-# "old", for one lever.  Run from the repo root: python levers_ab.py recip|split|panels|aligned|flush|vectors|transpose BATCH [H [MCPU|- [MODEL]]];
+# "old", for one lever.  Run from the repo root: python levers_ab.py recip|split|panels|aligned|flush|vectors|transpose|persist BATCH [H [MCPU|- [MODEL]]];
 # alternating rounds on 10 batches of BATCH SST trees; per round the median step; printed: the median over rounds 3..14
 # (ROUNDS=n: rounds 3..n).
 #   recip:  "new" builds the level pass with sigmoid and tanh as 1 / d by three Newton steps from the exponent trick's
@@ -18,6 +18,8 @@
 #           "old" as the package picks (`adjoint_nest.tile_vectors`: 1 where one FMA unit, Zen 4).
 #   transpose: "new" is the package as it is (emit_transpose reads each source row along its columns, since 2026-12-07);
 #           "old" builds with 7ce8a69's emit_transpose (a copy's row lane by lane: gathers).
+#   persist: "new" builds each level loop of the pass as one parallel region, a barrier after each parallel loop
+#           (../../bench-2026-12-07/persist/persistent_pass.py, a probe); "old" as the package builds it.
 # (levers.txt's runs were made as recip_ab.py and split_ab.py, ../intel-panels/panels_ab.txt's as panels_ab.py: this
 # script's arms, the same code, before they were one file.)
 import os, sys, time, contextlib
@@ -118,12 +120,25 @@ def two_vector_code():
 def gather_transpose_code():
     """emit_transpose as it was at 7ce8a69 (a copy's row lane by lane from 16 source rows: gathers), while built."""
     return copies_at("7ce8a69", ("emit_transpose",), clear=True)
+@contextlib.contextmanager
+def persistent_code():
+    """The level pass with each level loop one parallel region (../../bench-2026-12-07/persist/persistent_pass.py),
+    while built."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench-2026-12-07",
+                                    "persist"))
+    import persistent_pass
+    from cortex_tvm import adjoint_pass
+    saved = adjoint_pass.level_pass
+    adjoint_pass.level_pass = lambda *a, **k: (lambda built: (persistent_pass.persistent(built[0]), built[1]))(
+        saved(*a, **k))
+    try: yield
+    finally: adjoint_pass.level_pass = saved
 null = contextlib.nullcontext
 #: each lever's (context the "new" arm is built in, the "old" arm's)
 new_code, old_code = {"recip": (recip_code, null), "split": (split_code, null), "panels": (null, old_code),
                       "aligned": (null, unaligned_code), "flush": (null, unflushed_code),
                       "vectors": (two_vector_code, null),
-                      "transpose": (null, gather_transpose_code)}[ARM]
+                      "transpose": (null, gather_transpose_code), "persist": (persistent_code, null)}[ARM]
 arms = {}
 for arm in ("new", "old"):
     model = make(hidden_size=H, vocab_size=len(vocab), seed=0, **width)
