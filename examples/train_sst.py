@@ -13,7 +13,7 @@ The optimizer is `ct.optim.Adagrad`, torch.optim.Adagrad's update as one compile
 
     python examples/train_sst.py                       # the bundled SST dev trees, split 80/20
     python examples/train_sst.py --trees train.txt --test dev.txt --epochs 5
-    CORTEX_TVM_CACHE_DIR=~/.cache/cortex_tvm python examples/train_sst.py   # later runs skip the build
+    CORTEX_TVM_CACHE_DIR=~/.cache/cortex_tvm python examples/train_sst.py   # later runs load the model's build
 
 Prints how many vectors of h the training forward keeps per node for the backward, then each
 epoch's mean loss, the training time per tree, node and root accuracy on the held-out trees and

@@ -171,8 +171,9 @@ def source_of(executable) -> str:
 def build_functions(functions: dict, target: Target, pass_config: dict | None = None) -> dict:
     """{name: callable} for {name: PrimFunc}: each function its own module through `build_module`,
     the modules built and made callable at once, one thread each (up to the cores).  A training
-    pass's forward and backward took 6.3 s one after the other (TreeLSTM h = 150, Zen 4), their
-    machine code 4.5 s more at the first call; on two cores the backward alone sets the time."""
+    pass's forward and backward (TreeLSTM h = 150, Zen 4) took 1.1 and 5-6 s in TVM and LLVM, and
+    0.7 and 3.3 s more for their machine code at the first call: on two cores the backward alone
+    sets the time (docs/bench-2026-12-07/compile/split_probe.txt)."""
     def callable_of(name):
         return build_module(tvm.IRModule({name: functions[name]}), target, pass_config, calls_only=True)[name]
     workers = min(len(functions), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)

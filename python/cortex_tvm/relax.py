@@ -66,7 +66,7 @@ class RecursiveCall:
     """The scheduled recursive kernel of `model` as a Relax call with dynamic sizes."""
 
     def __init__(self, model, target="llvm", schedule=None, precision="fp32"):
-        if not callable(getattr(model, "lower", None)):      # (the padding's analysis lowers it)
+        if not all(callable(getattr(model, name, None)) for name in ("lower", "weight_shapes")):   # (a Model's)
             hint = (": pass the model itself, not what its compile() returned; the Relax module is compiled "
                     "by its own tvm.compile" if type(model).__name__ == "CompiledModel" else "")
             raise TypeError(f"as_relax: expected a model (a zoo model, ct.ProgramModel or a @ct.recursive "

@@ -372,7 +372,7 @@ class CompiledModel:
     def as_torch(self, sparse: bool = False):
         """This model as a `torch.nn.Module` whose forward(trees) returns a torch.Tensor (DLPack, no copy;
         ImportError without torch; `cortex_tvm.torch_interop`).  With training=True the weights are its
-        `nn.Parameter`s, `loss.backward()` fills their `.grad`, and sparse=True makes an embedding's sparse.
+        `nn.Parameter`s, `loss.backward()` fills their `.grad`; sparse=True: an embedding's `.grad` is sparse.
         Example: ``logits = torch.nn.Linear(H, 5)(compiled.as_torch()(trees))``."""
         return torch_interop.as_torch(self, sparse)
 

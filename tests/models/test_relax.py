@@ -67,8 +67,9 @@ def test_a_compiled_model_or_another_object_is_refused_by_name():
     model = ct.models.TreeFC(hidden_size=16, vocab_size=20)
     with pytest.raises(TypeError, match="got CompiledModel: pass the model itself, not what its compile"):
         ct.relax.as_relax(model.compile())
-    with pytest.raises(TypeError, match="as_relax: expected a model .*got dict$"):
-        RecursiveCall(model.weights, "llvm")
+    for other, name in ((model.weights, "dict"), ("TreeFC", "str")):
+        with pytest.raises(TypeError, match=f"as_relax: expected a model .*got {name}$"):
+            RecursiveCall(other, "llvm")
 
 
 def test_sst_classifier_example(sst):
