@@ -121,8 +121,9 @@ def _read_meta(path):
     integrity.check_cpu(meta.get("cpu"), os.path.join(path, LIB))
     if Target(meta["target"]).kind.name == "cuda" and not tvm.runtime.enabled("cuda"):
         # (TVM itself stopped in the loader: "a loader of that name is not registered")
-        raise ValueError(f"load: {path} holds CUDA code, and this TVM has no CUDA runtime "
-                         "(tvm.runtime.enabled('cuda') is False): load it where TVM is built with CUDA")
+        raise ValueError(f"load: {path} holds CUDA code, and TVM's CUDA runtime is not available here "
+                         "(tvm.runtime.enabled('cuda') is False: no CUDA driver, libcuda.so.1, or a TVM built "
+                         "without CUDA); load it on a machine with a GPU")
     return meta
 
 

@@ -154,10 +154,10 @@ def test_a_cuda_export_without_a_cuda_runtime_is_a_clear_error(compiled, tmp_pat
     """TVM's loader stopped with "Library binary was created using {cuda} but a loader of that
     name is not registered"; load says what the export holds and what it needs first."""
     if tvm.runtime.enabled("cuda"):
-        pytest.skip("this TVM has a CUDA runtime; tests/gpu/test_cuda_run.py loads and runs CUDA code")
+        pytest.skip("TVM's CUDA runtime is loaded here; tests/gpu/test_cuda_run.py loads and runs CUDA code")
     _, c, _ = compiled["TreeFC", "per_level"]
     c.export(tmp_path / "cuda")
-    with pytest.raises(ValueError, match="holds CUDA code, and this TVM has no CUDA runtime"):
+    with pytest.raises(ValueError, match="holds CUDA code, and TVM's CUDA runtime is not available here"):
         ct.load(tmp_path / "cuda")
 
 
