@@ -158,16 +158,6 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
         return executable
 
 
-def source_of(executable) -> str:
-    """The generated source of a built module: CUDA for a GPU target, LLVM IR for the CPU."""
-    if isinstance(executable, integrity.LoadedLibrary):
-        raise ValueError("inspect_source: this model's code was loaded from a shared library (cortex_tvm.load, "
-                         "or the disk compile cache, CORTEX_TVM_CACHE_DIR), which keeps no source; compile "
-                         "it in a process without that variable to read its source")
-    mod = executable.mod
-    return (mod.imports[0] if len(mod.imports) else mod).inspect_source()
-
-
 def build_functions(functions: dict, target: Target, pass_config: dict | None = None) -> dict:
     """{name: callable} for {name: PrimFunc}: each function its own module through `build_module`,
     the modules built and made callable at once, one thread each (up to the cores).  A training

@@ -6,7 +6,9 @@ instructions the CPU lacks dies with SIGILL at the first call.  Neither can
 be caught once it happens, so ``cortex_tvm.load`` checks everything here
 before it touches the library: each file's size and sha256 as recorded at
 export, the digest of meta.json itself, and the instruction-set extensions
-the code was compiled for against the ones this CPU has.
+the code was compiled for against the ones this CPU has.  A library loaded
+from checked bytes is a `LoadedLibrary`, which keeps them (its export writes
+them; it has no source to show, `source_of`).
 """
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ import tvm
 
 from .target import X86_ARCHES, X86_ISA, host_isa
 
-__all__ = ["file_digest", "seal", "check_seal", "check_files", "load_library", "LoadedLibrary", "target_cpu",
-           "check_cpu", "host_isa"]
+__all__ = ["file_digest", "seal", "check_seal", "check_files", "load_library", "LoadedLibrary", "source_of",
+           "target_cpu", "check_cpu", "host_isa"]
 
 # ----------------------------------------------------------------------------- files
 def file_digest(path) -> dict:
@@ -114,6 +116,16 @@ class LoadedLibrary(tvm.runtime.Executable):
                              "need the compiled module (compile the model again)")
         with open(file_name, "wb") as f:
             f.write(self.library_bytes)
+
+
+def source_of(executable) -> str:
+    """The generated source of a built module: CUDA for a GPU target, LLVM IR for the CPU."""
+    if isinstance(executable, LoadedLibrary):
+        raise ValueError("inspect_source: this model's code was loaded from a shared library (cortex_tvm.load, "
+                         "or the disk compile cache, CORTEX_TVM_CACHE_DIR), which keeps no source; compile "
+                         "it in a process without that variable to read its source")
+    mod = executable.mod
+    return (mod.imports[0] if len(mod.imports) else mod).inspect_source()
 
 
 # ----------------------------------------------------------------------------- CPU

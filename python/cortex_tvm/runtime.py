@@ -8,10 +8,9 @@ import numpy as np
 import tvm
 
 from . import export as _export, linearize as _linearize, torch_interop
-from .integrity import cannot_run_here  # noqa: F401 (compiler and tests import it here)
+from .integrity import cannot_run_here, source_of  # noqa: F401 (compiler and tests import cannot_run_here here)
 from .kernel_args import ALIGN, aligned, aligned_empty, kernel_weights, launch, model_weight_arrays  # noqa: F401
 from .call_args import NO_TREES, Pullback, adjoint_array, one_input
-from .compile_cache import source_of
 from .node_features import check_slot_rows
 from .plan import CHECK_FUNC, kernel_names
 from .weights import check_rows, checked_weights, pad_blocks
