@@ -11,10 +11,10 @@ import numpy as np
 import tvm
 
 from . import ra
-from .compile_cache import build_functions
 from .adjoint_emit import StageEmitter
 from .adjoint_kernel import NAMES, level_pass, transient_blocks
 from .adjoint_nest import tile_vectors
+from .compile_cache import build_functions
 from .linearize import NULL_SLOT
 from .node_features import check_slot_rows
 from .scratch import aligned_zeros, held_rows, zero

@@ -151,7 +151,8 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
             executable = compile_module(mod, target, pass_config)
             if disk:
                 _disk_store(executable, disk)
-                executable = (_disk_load(disk) if calls_only else None) or executable
+                if calls_only:
+                    executable = _disk_load(disk) or executable
         with _cache_lock:
             _cache[key] = executable
             _building.pop(key, None)

@@ -9,6 +9,7 @@ import tvm
 
 from . import export as _export, linearize as _linearize, torch_interop
 from .integrity import cannot_run_here, source_of  # noqa: F401 (compiler and tests import cannot_run_here here)
+# ALIGN, aligned and model_weight_arrays: re-exported, tests read them here
 from .kernel_args import ALIGN, aligned, aligned_empty, kernel_weights, launch, model_weight_arrays  # noqa: F401
 from .call_args import NO_TREES, Pullback, adjoint_array, one_input
 from .node_features import check_slot_rows

@@ -100,34 +100,6 @@ def test_disk_cache_key_covers_source_target_and_pass_config(tmp_path, monkeypat
     assert a != compile_cache._disk_path(mod, llvm, {})
 
 
-def test_a_training_pass_builds_once_per_process_and_serves_other_weights(sst, monkeypatch):
-    """The level pass (the training forward and backward) goes through the same cache: a second
-    model of the same program compiles nothing, and its gradients are its own weights' (the numpy
-    backward's, on the same states and adjoints)."""
-    import tvm
-    from cortex_tvm.adjoint import Adjoint
-
-    trees = sst[0][:6]
-    ct.models.TreeFC(hidden_size=8, vocab_size=len(sst[1]), seed=7).compile(training=True)
-    count, real, calls = ct.compile_count(), tvm.compile, []
-    monkeypatch.setattr(tvm, "compile", lambda *args, **kwargs: calls.append(args) or real(*args, **kwargs))
-    model = ct.models.TreeFC(hidden_size=8, vocab_size=len(sst[1]), seed=8)
-    compiled = model.compile(training=True)
-    assert not calls and ct.compile_count() == count
-    assert compiled.adjoint.level_pass is not None, compiled.adjoint.level_pass_note
-    out, vjp = compiled.vjp(trees, all_nodes=True)
-    d_out = [np.random.default_rng(1).standard_normal(o.shape).astype(np.float32) for o in out]
-    grads = vjp(d_out)
-    lin = model.linearize(trees)
-    states = model.numpy_forward(lin)
-    d_states = [np.zeros_like(s) for s in states]
-    d_states[0][lin.node_slots] = np.concatenate(d_out)
-    want = Adjoint(model.program, model.linearize).vjp(lin, states, model.weights, d_states)
-    assert set(grads) == set(want)
-    for name in want:
-        np.testing.assert_allclose(grads[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
-
-
 def test_a_model_from_the_disk_cache_exports_and_a_loaded_one_exports_again(tmp_path, monkeypatch):
     """TVM's export_library links the object code of a fresh build, which a library loaded from
     the disk cache or from an export lacks (g++ stopped with "no input files"): such a model
