@@ -162,8 +162,8 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
 def build_functions(functions: dict, target: Target, pass_config: dict | None = None) -> dict:
     """{name: callable} for {name: PrimFunc}: each function its own module through `build_module`,
     the modules built and made callable at once, one thread each (up to the cores).  A training
-    pass's forward and backward (TreeLSTM h = 150, Zen 4) took 1.1 and 5-6 s in TVM and LLVM, and
-    0.7 and 3.3 s more for their machine code at the first call: on two cores the backward alone
+    pass's forward and backward (TreeLSTM h = 150, Zen 4) took 1.1-1.2 and 4.9-6.1 s in TVM and LLVM,
+    and 0.7 and 3.2-3.3 s more for their machine code at the first call: on two cores the backward alone
     sets the time (docs/bench-2026-12-07/compile/split_probe.txt)."""
     def callable_of(name):
         return build_module(tvm.IRModule({name: functions[name]}), target, pass_config, calls_only=True)[name]

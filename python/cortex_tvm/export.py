@@ -122,8 +122,8 @@ def _read_meta(path):
     if Target(meta["target"]).kind.name == "cuda" and not tvm.runtime.enabled("cuda"):
         # (TVM itself stopped in the loader: "a loader of that name is not registered")
         raise ValueError(f"load: {path} holds CUDA code, and TVM's CUDA runtime is not available here "
-                         "(tvm.runtime.enabled('cuda') is False: no CUDA driver, libcuda.so.1, or a TVM built "
-                         "without CUDA); load it on a machine with a GPU")
+                         "(tvm.runtime.enabled('cuda') is False: no CUDA driver, libcuda.so.1, or CUDA runtime, "
+                         "libcudart, or a TVM built without CUDA); load it on a machine with a GPU")
     return meta
 
 

@@ -6,9 +6,10 @@ instructions the CPU lacks dies with SIGILL at the first call.  Neither can
 be caught once it happens, so ``cortex_tvm.load`` checks everything here
 before it touches the library: each file's size and sha256 as recorded at
 export, the digest of meta.json itself, and the instruction-set extensions
-the code was compiled for against the ones this CPU has.  A library loaded
-from checked bytes is a `LoadedLibrary`, which keeps them (its export writes
-them; it has no source to show, `source_of`).
+the code was compiled for against the ones this CPU has.  A library that
+``cortex_tvm.load`` or the disk compile cache loads from checked bytes is a
+`LoadedLibrary`, which keeps them (its export writes them; it has no source
+to show, `source_of`).
 """
 from __future__ import annotations
 
@@ -103,7 +104,8 @@ class LoadedLibrary(tvm.runtime.Executable):
     """An executable from the bytes of a shared library (`load_library`) that keeps those bytes:
     exporting it writes them.  TVM's own `export_library` links the object code of what
     `tvm.compile` built, which a loaded library no longer has (g++ stopped with "no input files"
-    for a model from the disk cache or from `cortex_tvm.load`, exported again)."""
+    for a model from the disk cache or from `cortex_tvm.load`, exported again).  Export options
+    (a cross compiler, `cc=`) need the compiled module: ValueError."""
 
     def __init__(self, blob: bytes, directory=None):
         super().__init__(load_library(blob, directory))
@@ -119,7 +121,8 @@ class LoadedLibrary(tvm.runtime.Executable):
 
 
 def source_of(executable) -> str:
-    """The generated source of a built module: CUDA for a GPU target, LLVM IR for the CPU."""
+    """The generated source of a built module: CUDA for a GPU target, LLVM IR for the CPU;
+    ValueError for a `LoadedLibrary`, which keeps none."""
     if isinstance(executable, LoadedLibrary):
         raise ValueError("inspect_source: this model's code was loaded from a shared library (cortex_tvm.load, "
                          "or the disk compile cache, CORTEX_TVM_CACHE_DIR), which keeps no source; compile "
