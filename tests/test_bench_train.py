@@ -20,13 +20,15 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
+from cortex_tvm import dot_bf16
 from cortex_tvm.bench import add_parser, run
 from cortex_tvm.bench.cases import make_model
+from cortex_tvm.bench.check import (BF16_GRAD_TOLERANCE, GRAD_TOLERANCE, check_grads, difference_grads64,
+                                    grad_wrong_lines, torch_grads64)
 from cortex_tvm.bench.common import TRAIN_OPTIMIZER
 from cortex_tvm.bench.torch_worker import make_optimizer, train_steps
-from cortex_tvm.bench.check import (GRAD_TOLERANCE, check_grads, difference_grads64, grad_wrong_lines,
-                                    torch_grads64)
 from cortex_tvm.models import reference64
+from cortex_tvm.target import host_features
 
 has_torch = importlib.util.find_spec("torch") is not None
 
@@ -115,11 +117,42 @@ def _bench_args(argv):
     return parser.parse_args(["bench", *argv])
 
 
-def test_train_refuses_models_without_a_baseline_and_bf16():
+def test_train_refuses_models_without_a_baseline():
     with pytest.raises(SystemExit, match="treelstm, treefc only"):
         run.bench(_bench_args(["--train", "--models", "treegru", "--systems", "cortex_tvm"]))
-    with pytest.raises(SystemExit, match="float32"):
+
+
+def test_train_in_bf16_needs_avx512_bf16(monkeypatch):
+    monkeypatch.setattr(run, "host_features", lambda: {"avx512f", "avx2"})
+    with pytest.raises(SystemExit, match="AVX512_BF16's vdpbf16ps, which this CPU lacks"):
         run.bench(_bench_args(["--train", "--precision", "bf16", "--systems", "cortex_tvm"]))
+
+
+@pytest.mark.skipif(dot_bf16.FEATURE not in host_features(), reason="a bf16 training step runs vdpbf16ps: this CPU "
+                    "has no AVX512_BF16; its refusal was tested")
+def test_train_in_bf16_end_to_end(tmp_path):
+    """--precision bf16: beside each system its bf16 twin, ours compile(training=True, precision="bf16"),
+    PyTorch by height under CPU autocast; their roots and gradients checked at bf16's tolerances, and
+    off float64 by more than float32's error (the products did take bfloat16 inputs)."""
+    out = tmp_path / "train.json"
+    cmd = [sys.executable, "-m", "cortex_tvm.cli", "bench", "--train", "--precision", "bf16", "--models", "treelstm",
+           "--hidden", "16", "--embed", "24", "--batch", "2", "--batches", "2", "--repeats", "1", "--rounds", "1",
+           "--threads", "2", "--systems", "cortex_tvm", "torch-levels", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)   # a hang guard only
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["system"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"cortex_tvm", "cortex_tvm-bf16", "torch-levels", "torch-levels-bf16"}
+    systems = [s for s in rows if "skipped" not in rows[s]]
+    assert {"cortex_tvm", "cortex_tvm-bf16"} <= set(systems)
+    for system in systems:
+        row = rows[system]
+        assert row["mode"] == "train" and row["wrong_batches"] == [] and row["grad_wrong_batches"] == []
+        if system.endswith("-bf16"):
+            assert 1e-4 < row["grad_max_rel_err"] < BF16_GRAD_TOLERANCE
+            assert row["ratio_bf16"] == pytest.approx(row["ms"] / rows["cortex_tvm-bf16"]["ms"])
+        else:
+            assert row["grad_max_rel_err"] < 1e-4
+    assert "vs bf16" in proc.stdout and "0.03 for -bf16 rows" in proc.stdout
 
 
 def test_summary_reports_the_backward_alone_against_sgemm():

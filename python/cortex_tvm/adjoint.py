@@ -54,7 +54,7 @@ class Adjoint:
     `linearize`): level 0 holds the leaves, each later level internal nodes only.
     """
 
-    def __init__(self, program: ra.RecProgram, linearize, target=None):
+    def __init__(self, program: ra.RecProgram, linearize, target=None, bf16: bool = False):
         self.program, self.linearize = program, linearize
         self._layouts = {}              # id(load) -> how it reads its weight (`scatter_invariant`)
         self._held = threading.local()  # each thread's value and adjoint arrays (`_workspace`)
@@ -83,7 +83,7 @@ class Adjoint:
                               if isinstance(k, ra.NodeFeatures)), None)
         if target is not None:
             try:
-                self.level_pass = LevelPass(lowered, self.stages, program, target)
+                self.level_pass = LevelPass(lowered, self.stages, program, target, bf16=bf16)
                 self.level_pass_note = None
             except Unsupported as err:
                 self.level_pass_note = str(err)

@@ -31,6 +31,7 @@ from tvm.script.ir_builder import tirx as Tb
 
 from . import ra
 from .adjoint_emit import Unsupported
+from .dot_bf16 import PAIR_STORAGE, pair_bits, pair_decode
 from .tir_builder import row_elements, uses
 
 
@@ -53,13 +54,17 @@ class Transposed:
     #: the weight's axis along which the vectors run (the copy's last)
     axis = 0
 
-    def __init__(self, weight_shape, block=None):
+    def __init__(self, weight_shape, block=None, pairs: bool = False):
         self.block = block
         self.padded = None if block is None else -(-block // LINE_LANES) * LINE_LANES
         rows, other = int(weight_shape[self.axis]), int(weight_shape[1 - self.axis])
         self.blocks = 1 if block is None else rows // block
+        #: whether the copy holds bfloat16 pairs along its middle axis (`adjoint_bf16`): element
+        #: [p, k // 2, c] a uint32 of the values at k (low half) and k + 1 (high half)
+        self.pairs = pairs and block is not None and other % 2 == 0
+        self.dtype = PAIR_STORAGE if self.pairs else "float32"
         self.shape = ((other, rows) if block is None
-                      else (self.blocks * self.padded // LINE_LANES, other, LINE_LANES))
+                      else (self.blocks * self.padded // LINE_LANES, other // 2 if self.pairs else other, LINE_LANES))
 
     def at(self, which, inner, other) -> list:
         """The copy's indices of the weight's element `inner` of block `which` along `axis`,
@@ -68,6 +73,14 @@ class Transposed:
             return [other, inner]
         return [which * (self.padded // LINE_LANES) + tirx.floordiv(inner, LINE_LANES), other,
                 tirx.floormod(inner, LINE_LANES)]
+
+    def load(self, buf, indices, inner):
+        """The float32 value of the weight's element at `indices` (see `index`) read from the copy
+        `buf`: a pair copy's half of its word, widened."""
+        at = self.index(indices, inner)
+        if not self.pairs:
+            return tirx.BufferLoad(buf, at)
+        return pair_decode(buf, at)
 
     def index(self, indices, inner) -> list:
         """The copy's indices of the weight's element at `indices` (expressions of the block's
@@ -158,6 +171,9 @@ def emit_transpose(source, out, layout, tile: int = 16):
     training step more than the tiles on Zen 4 (docs/training.md, "Speed")."""
     rows, cols = (int(d) for d in source.shape)
     block = rows if layout.block is None else layout.block
+    if layout.pairs:
+        _emit_transpose_pairs(source, out, layout)
+        return
     row_tiles = -(-block // tile)
     with Tb.parallel(0, layout.blocks * row_tiles) as block_tile:
         which, row_tile = (0, block_tile) if layout.blocks == 1 else (block_tile // row_tiles, block_tile % row_tiles)
@@ -169,6 +185,17 @@ def emit_transpose(source, out, layout, tile: int = 16):
                         col = col_tile * tile + c
                         with _inside(col < cols, cols % tile):
                             Tb.buffer_store(out, source[which * block + row, col], layout.at(which, row, col))
+
+
+def _emit_transpose_pairs(source, out, layout):
+    """`emit_transpose` into a pair copy: each word of a copy's row from two neighbours of a
+    source row, the rows shared among the cores."""
+    with Tb.parallel(0, layout.blocks * layout.block) as flat:
+        which, row = flat // layout.block, flat % layout.block
+        with Tb.serial(0, int(source.shape[1]) // 2) as pair:
+            at = layout.at(which, row, pair * 2)
+            Tb.buffer_store(out, pair_bits(source[flat, pair * 2], source[flat, pair * 2 + 1]),
+                            [at[0], pair, at[2]])
 
 
 @contextlib.contextmanager
@@ -184,7 +211,15 @@ def _inside(bound, ragged: bool):
 
 def emit_widen(source, out, layout, lanes):
     """out[layout.at(b, i, r)] = source[r, b * layout.block + i] (`Widened`), the rows shared
-    among the cores."""
+    among the cores; a pair copy's word from two rows, r and r + 1."""
+    if layout.pairs:
+        with Tb.parallel(0, int(source.shape[0]) // 2) as pair:
+            with Tb.serial(0, layout.blocks) as which:
+                row_elements([layout.block], lanes, lambda ix: Tb.buffer_store(
+                    out, pair_bits(source[pair * 2, which * layout.block + ix[0]],
+                                   source[pair * 2 + 1, which * layout.block + ix[0]]),
+                    [layout.at(which, ix[0], pair)[0], pair, layout.at(which, ix[0], pair)[2]]))
+        return
     with Tb.parallel(0, int(source.shape[0])) as row:
         with Tb.serial(0, layout.blocks) as which:
             row_elements([layout.block], lanes, lambda ix: Tb.buffer_store(

@@ -72,11 +72,13 @@ class StageEmitter:
     """The TIR for one stage's level: the stage (`lower.Stage`) and its numpy twin
     (`stage_numpy.StageNumpy`, whose block keys name the value and adjoint arrays)."""
 
-    def __init__(self, stage, numpy_stage, lanes: int, shares: int = 1, vectors: int = 1):
+    def __init__(self, stage, numpy_stage, lanes: int, shares: int = 1, vectors: int = 1, bf16: bool = False):
         #: lanes: float32 lanes of a vector; shares: the runs a level's nodes are split into
         #: in a parallel loop (the cores); vectors: a register tile's vectors per row
-        #: (`adjoint_nest.tile_vectors`)
+        #: (`adjoint_nest.tile_vectors`); bf16: contractions over weights' pair copies on
+        #: `vdpbf16ps` (`adjoint_bf16`)
         self.stage, self.lanes, self.shares, self.vectors = stage, lanes, shares, vectors
+        self.bf16 = bf16
         tir_blocks = list(sblocks(stage.func.body.block.body))
         if len(tir_blocks) != len(numpy_stage.blocks):
             raise Unsupported("the stage's blocks and their numpy reading differ")
@@ -362,13 +364,13 @@ class StageEmitter:
                     and not uses(ld.indices[1], inner):
                 for k, (buf, layout) in bufs["transposed"].items():
                     if k.same_as(ld.source):
-                        return tirx.BufferLoad(buf, layout.index(ld.indices, inner))
+                        return layout.load(buf, ld.indices, inner)
             if inner is not None and len(ld.indices) == 2 and uses(ld.indices[1], inner) \
                     and not uses(ld.indices[0], inner):
                 for k, (buf, layout) in bufs.get("widened", {}).items():
                     if k.same_as(ld.source):
                         try:
-                            return tirx.BufferLoad(buf, layout.index(ld.indices, inner))
+                            return layout.load(buf, ld.indices, inner)
                         except Unsupported:          # (another form of read: the weight itself)
                             break
             for k, buf in bufs["placeholder"].items():

@@ -51,7 +51,7 @@ NAMES = {"all": {True: PARALLEL, False: SERIAL},
 
 def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: int = 8,
                parallel: bool = True, cores: int = 1, part: str = "all", transient=None, gpu: bool = False,
-               vectors: int = 1) -> tuple:
+               vectors: int = 1, bf16: bool = False) -> tuple:
     """(PrimFunc, its parameters) of the level pass for the stages "leaf" and "internal"
     (`lower.build_stage`) and their `StageNumpy` twins; `lanes`: float32 lanes of a vector;
     parallel: each level's nodes in `cores` runs in a parallel loop (PARALLEL), or in a serial
@@ -93,7 +93,8 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     blocks, a nest's elements on threads, the level loop on the host).
     Raises Unsupported where a stage has a shape this does not emit."""
     emitters = {name: GpuStageEmitter(stages[name], numpy_stages[name], grid=None) if gpu else
-                StageEmitter(stages[name], numpy_stages[name], lanes, cores, vectors) for name in ("leaf", "internal")}
+                StageEmitter(stages[name], numpy_stages[name], lanes, cores, vectors, bf16)
+                for name in ("leaf", "internal")}
     sum_nest, add_rows = (adjoint_gpu.emit_weight_read, adjoint_gpu.emit_add_rows) if gpu else \
         (emit_weight_read, functools.partial(_emit_add_rows, lanes=lanes))
     for name, keys in (transient or {}).items():
@@ -155,18 +156,18 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
             widened_inputs = {}
             for key, block in widen.items():
                 if block is not None and not gpu and key in inputs:
-                    layout = Widened(key.shape, block)
-                    widened_inputs[key] = (_arg(key.name + "_panels", layout.shape, key.dtype), layout)
-                    params.append(("widened", key, layout.shape))
+                    layout = Widened(key.shape, block, pairs=bf16)
+                    widened_inputs[key] = (_arg(key.name + "_panels", layout.shape, layout.dtype), layout)
+                    params.append(("widened", key, layout.shape, layout.dtype))
             per_stage = {}
             for name, emitter in emitters.items():
                 rows, positions = Tb.int32(), Tb.int32()
                 value, adj, transposes = {}, {}, {}
                 for key, (te_buf, _) in transposed[name].items():
                     if key not in transposed_inputs:     # (a GPU's caller transposes them: plainly)
-                        layout = Transposed(key.shape, None if gpu else blocks[key])
-                        transposed_inputs[key] = (_arg(key.name + "_T", layout.shape, key.dtype), layout)
-                        params.append(("transposed", key, layout.shape))
+                        layout = Transposed(key.shape, None if gpu else blocks[key], pairs=bf16)
+                        transposed_inputs[key] = (_arg(key.name + "_T", layout.shape, layout.dtype), layout)
+                        params.append(("transposed", key, layout.shape, layout.dtype))
                     transposes[te_buf] = transposed_inputs[key]
                 for block in emitter.blocks:
                     row_shape = tuple(int(d) for d in block.out.shape[1:])

@@ -25,6 +25,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
+from . import adjoint_bf16
 from .adjoint_runs import NODE_TILE
 from .linearize import NULL_SLOT
 from .target import bytes_of
@@ -74,6 +75,11 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         return lambda e: emitter.rewrite(e, bufs, mapping, run.offset, run.size,
                                        inner[0] if inner else None)
 
+    pairs = adjoint_bf16.plan(emitter, coeff, bufs, inner, summed, outer)
+    # (the stage's rows bound a run's nodes, and are known where the function starts)
+    stage_rows = next(iter(bufs["adj"].values())).shape[0]
+    scratch = None if pairs is None else adjoint_bf16.round_operands(pairs, run, stage_rows, rewriter)
+
     @contextlib.contextmanager
     def real_child(outer_map, position, row):
         if skip_null is None or (inner and uses(skip_null, inner[0])):
@@ -104,19 +110,25 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         vectors of the indices' last axis (a tile of one node still has SUMS_IN_FLIGHT
         independent sums in flight, not one chain of dependent FMAs); a chunk's last columns
         past its whole vectors are one short vector of the same tile (`lane_loops`)."""
-        acc = Tb.alloc_buffer((level.tile_size, width), "float32", scope="local")
-        def lanes_of(body):
+        summing = width if pairs is None else adjoint_bf16.padded_width(width)
+        acc = Tb.alloc_buffer((level.tile_size, summing), "float32", scope="local")
+        def lanes_of(body, width=width, vector=vector):
             lane_loops(width, vector, lambda lane: body(lane, {inner[0]: column_of(lane)} if inner else {}),
                        emitter.lanes)
         with Tb.unroll(0, level.tile_size) as t:
-            lanes_of(lambda lane, _: Tb.buffer_store(acc, tirx.const(0.0, "float32"), [t, lane]))
+            lanes_of(lambda lane, _: Tb.buffer_store(acc, tirx.const(0.0, "float32"), [t, lane]),
+                    summing, vector or pairs is not None)
 
         def accumulate(m):
             with Tb.unroll(0, level.tile_size) as t:
                 position, row = level.node(t)
                 lanes_of(lambda lane, mi: Tb.buffer_store(
                     acc, acc[t, lane] + rewriter({**outer_map, **m, **mi}, position, row)(coeff), [t, lane]))
-        nest(summed, accumulate)
+        if pairs is None:
+            nest(summed, accumulate)
+        else:
+            adjoint_bf16.accumulate(pairs, scratch, run, level, acc, summing, column_of,
+                                    lambda m, column: {**outer_map, **m, inner[0]: column}, rewriter, axes_grid)
         with level.nodes(positions=True, tile_index=True) as (position, row, t):
             with real_child(outer_map, position, row):
                 lanes_of(lambda lane, mi: write(rewriter({**outer_map, **mi}, position, row), acc[t, lane]))

@@ -35,8 +35,10 @@ class LevelPass:
     comes without its forward's values; the serial twins, for batches with a shared node,
     likewise the first time one comes."""
 
-    def __init__(self, stages: dict, numpy_stages: dict, program: ra.RecProgram, target):
+    def __init__(self, stages: dict, numpy_stages: dict, program: ra.RecProgram, target, bf16: bool = False):
         gpu = target.kind.name == "cuda"
+        #: whether the contractions take bfloat16 products (`adjoint_bf16`)
+        self.bf16 = bf16
         # (a GPU's levels put each node on a thread block: the forward pays from one node a level)
         info = None if gpu else cpu_info(target)
         lanes, cores = (GPU_LANES, 1) if gpu else (info.lanes, info.cores)
@@ -76,7 +78,7 @@ class LevelPass:
         target (gpu=None), or for a GPU (True) or the CPU (False) whatever the target."""
         gpu = self._gpu if gpu is None else gpu
         return level_pass(*self._stages, self._program, self._lanes, parallel, self.cores, part, self.transient,
-                          gpu=gpu, vectors=1 if gpu else self._vectors)
+                          gpu=gpu, vectors=1 if gpu else self._vectors, bf16=self.bf16 and not gpu)
 
     def forward_pays(self, lin) -> bool:
         """Whether the "forward" part (store: every block's value kept) costs less than the
@@ -144,11 +146,11 @@ class LevelPass:
                 else:
                     args.append(getattr(lin, key))       # children, num_children
             elif role == "transposed":                        # read by the values' computation only
-                args.append(self._held(position, param[2]))    # (`adjoint_copies.Transposed`)
+                args.append(self._held(position, param[2], param[3]))    # (`adjoint_copies.Transposed`)
                 if part != "backward" and self.device is not None:      # (a CPU pass transposes it; a GPU's plainly)
                     np.copyto(args[-1], np.asarray(weights[param[1].name], np.float32).T)
             elif role == "widened":                           # written by "forward" and "all", read by all
-                args.append(self._held(position, param[2]))    # (`adjoint_copies.Widened`)
+                args.append(self._held(position, param[2], param[3]))    # (`adjoint_copies.Widened`)
             elif role == "weight_read":
                 _, stage, key, ordinal, shape, weight, index = param
                 grad = (overwritten(weight) if part != "forward" and self.device is None and overwritten
@@ -230,12 +232,12 @@ class LevelPass:
                     if p[0] == "value" and p[1] == stage and p[2] not in self.state_values[stage])
         return kept // width
 
-    def _held(self, position, shape) -> np.ndarray:
+    def _held(self, position, shape, dtype="float32") -> np.ndarray:
         """This thread's array for the parameter at `position`, kept between calls (no page
         faults on reuse), zeros when made, starting on a cache line (`scratch.aligned_zeros`)."""
         held = self._arrays.__dict__.setdefault("by_param", {})
         if position not in held or held[position].shape != tuple(shape):
-            held[position] = aligned_zeros(shape)
+            held[position] = aligned_zeros(shape).view(dtype)
         return held[position]
 
     def _held_rows(self, position, count, row_shape) -> np.ndarray:

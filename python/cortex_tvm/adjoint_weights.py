@@ -49,6 +49,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
+from . import adjoint_bf16
 from .adjoint_emit import Unsupported
 from .adjoint_nest import POSITION, ROW
 from .tir_builder import axes_grid, column_chunks, lane_loops, unravel, uses
@@ -157,6 +158,10 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
                                inner[0] if inner else None)
 
     factors = _factors(coeff, tiled, inner) if not summed else None
+    if factors is not None and emitter.bf16 and emitter.lanes == adjoint_bf16.LANES:
+        adjoint_bf16.emit_packed_pairs(rewrite, *factors, tiled, inner, others, axes, out, count, width,
+                                       emitter.shares, adjoint_bf16.PACK_NODES, TILE, _blocks, _started, _grid_at)
+        return
     if factors is not None:
         _emit_packed(rewrite, *factors, tiled, inner, others, axes, out, count, emitter.lanes, width,
                      emitter.shares)
@@ -257,8 +262,7 @@ def _emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count,
     jobs = row_tiles * row_combos
     panel = PACK_NODES * columns_extent
 
-    def at(combo, grid):
-        return dict(zip((v for v, _ in grid), unravel(combo, [int(e) for _, e in grid])))
+    at = _grid_at
 
     def panel_chunks(body):
         """body(column_of, width, vector, at_panel(k, lane)) for each chunk of `width` columns."""
@@ -324,6 +328,11 @@ def _emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count,
                                 with Tb.Then():
                                     lane_loop(lambda lane: Tb.buffer_store(out, acc[t, lane], element(t, lane)))
                     panel_chunks(sums)
+
+
+def _grid_at(combo, grid) -> dict:
+    """The axes of `grid` ((var, extent) pairs) at its flat index `combo`, row-major."""
+    return dict(zip((v for v, _ in grid), unravel(combo, [int(e) for _, e in grid])))
 
 
 def _started(node_block, partial):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import recipes
+from . import dot_bf16, recipes
 from .adjoint import Adjoint
 from .build import build_schedule, schedule_model
 from .compile_cache import compile_module
@@ -51,6 +51,8 @@ def compile_model(model, target="llvm", schedule=None, tuning_log=None, bounds_c
 
     precision: "fp32", or "bf16": the packed GEMM weights are stored as bfloat16 and widened
     to float32 in registers (`RecSchedule.store_bf16`); states and accumulation stay float32.
+    With training=True, "bf16" also runs the training pass's products on bfloat16 inputs
+    (AVX512_BF16 CPUs: `training_pass`).
 
     `run(lin)` validates its arrays by default (`CompiledModel.check`: the compiled check, then
     `linearize.check_bounds` to name a fault); bounds_check=True also validates the arrays
@@ -137,20 +139,27 @@ def training_pass(model, target, precision, training):
 
     It differentiates the user's program at the user's sizes (the kernel's padding is sliced off
     the saved states), in float32; its compiled level pass runs where the kernel does (a CPU,
-    or a CUDA GPU: `adjoint_gpu`), the weights' remaining sums on the host."""
+    or a CUDA GPU: `adjoint_gpu`), the weights' remaining sums on the host.  precision="bf16"
+    (a CPU with AVX512_BF16): the level pass's products of weights and node values take bfloat16
+    inputs, summed in float32 (`adjoint_bf16`); weights, states and gradients stay float32."""
     if not isinstance(training, bool):
         raise TypeError(f"training must be a bool, got {type(training).__name__}")
     if not training:
         return None
-    if precision != "fp32":
-        raise ValueError(f"training=True needs precision='fp32' (the backward is float32), got {precision!r}")
+    if precision == "bf16" and not dot_bf16.has_feature(target):
+        raise ValueError("training=True, precision='bf16' multiplies on AVX512_BF16's vdpbf16ps: the target "
+                         f"{str(target)!r} lacks avx512bf16 (a CPU target with it, or precision='fp32')")
     if target.kind.name not in ("llvm", "cuda"):
         raise ValueError(f"training=True: the backward pass is built for target 'llvm' or 'cuda', "
                          f"not {target.kind.name!r}")
     foreign = None if target.kind.name == "cuda" else cannot_run_here(target)
     if foreign is not None:           # the backward is built to run in this process, on this CPU
         raise ValueError(f"training=True needs a target this machine runs: {foreign}")
-    return Adjoint(model.program, model.linearize, target)
+    adjoint = Adjoint(model.program, model.linearize, target, bf16=precision == "bf16")
+    if precision == "bf16" and adjoint.level_pass is None:
+        raise ValueError(f"training=True, precision='bf16' needs the compiled level pass, which this program "
+                         f"does not have ({adjoint.level_pass_note}): use precision='fp32'")
+    return adjoint
 
 
 def cross_compile(model, target, path, schedule=None, precision="fp32") -> str:

@@ -6,28 +6,63 @@ One node at a time, no levels, no slots, differentiated by torch.autograd.  Impo
 import torch
 
 
-class EagerTreeLSTM(torch.nn.Module):
-    """TreeLSTM (DESIGN.md's equations) by recursion; all_h lists every node's h in postorder."""
+def to_bf16(t):
+    """float64 -> float32 -> bfloat16 (nearest, ties to even) -> float64."""
+    return t.to(torch.float32).to(torch.bfloat16).to(torch.float64)
 
-    def __init__(self, weights):
+
+class Bf16Product(torch.autograd.Function):
+    """w @ x with both rounded to bfloat16, summed in float64; the pullback rounds the incoming
+    gradient too (dw = bf16(dy) x bf16(x), dx = bf16(w)^T bf16(dy)): each product of the training
+    step taken on bfloat16 inputs, as `compile(training=True, precision="bf16")` takes them."""
+
+    @staticmethod
+    def forward(ctx, w, x):
+        ctx.save_for_backward(w, x)
+        return to_bf16(w) @ to_bf16(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        w, x = ctx.saved_tensors
+        dy = to_bf16(dy)
+        return torch.outer(dy, to_bf16(x)), to_bf16(w).T @ dy
+
+
+class EagerTreeLSTM(torch.nn.Module):
+    """TreeLSTM (DESIGN.md's equations) by recursion; all_h lists every node's h in postorder.
+    bf16=True: the weights' products on bfloat16 inputs (`Bf16Product`), a word's leaf computed
+    once a batch and shared by every leaf of that word, as the compiled pass computes it
+    (`distinct_leaves`): the pullback of its product then rounds the sum of their gradients."""
+
+    def __init__(self, weights, bf16=False):
         super().__init__()
         for name, w in weights.items():
             self.register_parameter(name, torch.nn.Parameter(torch.tensor(w, dtype=torch.float64)))
+        self.product = Bf16Product.apply if bf16 else torch.matmul
+        self.leaves = {} if bf16 else None
 
     def node(self, n, all_h):
+        if n.children is None and self.leaves is not None and n.word in self.leaves:
+            h, c = self.leaves[n.word]
+            all_h.append(h)
+            return h, c
         if n.children is None:
-            i, o, u = (self.W @ self.emb[n.word] + self.bW).chunk(3)
+            i, o, u = (self.product(self.W, self.emb[n.word]) + self.bW).chunk(3)
             c = torch.sigmoid(i) * torch.tanh(u)
         else:
             (hl, cl), (hr, cr) = (self.node(k, all_h) for k in n.children)
-            i, fl, fr, o, u = (self.U @ torch.cat([hl, hr]) + self.bU).chunk(5)
+            i, fl, fr, o, u = (self.product(self.U, torch.cat([hl, hr])) + self.bU).chunk(5)
             c = torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(fl) * cl + torch.sigmoid(fr) * cr
         h = torch.sigmoid(o) * torch.tanh(c)
+        if n.children is None and self.leaves is not None:
+            self.leaves[n.word] = (h, c)
         all_h.append(h)
         return h, c
 
     def forward(self, trees):
         roots, per_tree = [], []
+        if self.leaves is not None:
+            self.leaves = {}
         for t in trees:
             all_h = []
             roots.append(self.node(t, all_h)[0])

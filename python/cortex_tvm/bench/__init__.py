@@ -27,7 +27,7 @@ TORCH_SYSTEMS = ("torch-eager", "torch-levels", "dgl", "torch-levels-bf16")
 #: compile(precision="bf16"), PyTorch by height under torch.autocast("cpu", dtype=torch.bfloat16)
 BF16_SYSTEMS = {"cortex_tvm": "cortex_tvm-bf16", "torch-levels": "torch-levels-bf16"}
 #: `--train`: the systems with a training step, and the models it is timed for
-TRAIN_SYSTEMS = ("cortex_tvm", "torch-eager", "torch-levels", "dgl")
+TRAIN_SYSTEMS = ("cortex_tvm", "torch-eager", "torch-levels", "dgl", "cortex_tvm-bf16", "torch-levels-bf16")
 TRAIN_MODELS = ("treelstm", "treefc")
 
 
@@ -51,7 +51,10 @@ def add_parser(subparsers):
                    help="what to time (default: all; a missing one is reported as not installed)")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                    help="bf16: also time cortex_tvm and torch-levels with bfloat16 weights (rows "
-                        "cortex_tvm-bf16, torch-levels-bf16, checked at a 1e-2 tolerance)")
+                        "cortex_tvm-bf16, torch-levels-bf16, checked at a 1e-2 tolerance); with --train, "
+                        "compile(training=True, precision='bf16') (products on bfloat16 inputs, AVX512_BF16) "
+                        "and PyTorch's step under torch.autocast('cpu', dtype=torch.bfloat16), gradients "
+                        "checked at 3e-2")
     p.add_argument("--train", action="store_true",
                    help="time one training step per batch instead of inference: forward, loss = "
                         "sum(roots * R) for a fixed seeded R, backward to every weight's gradient, "

@@ -8,7 +8,8 @@ import numpy as np
 
 from . import TORCH_SYSTEMS
 from .cases import MODEL_CLASSES, TORCH_MODELS, hidden_for
-from .check import GRAD_TOLERANCE, TOLERANCE, grad_wrong_lines, tolerance_of, wrong_lines
+from .check import (BF16_GRAD_TOLERANCE, GRAD_TOLERANCE, TOLERANCE, grad_tolerance_of, grad_wrong_lines,
+                    tolerance_of, wrong_lines)
 from .common import GRAD_WEIGHT, TRAIN_FLOPS_FACTOR, train_optimizer, train_step_parts
 
 def _fmt_ms(ms):
@@ -163,8 +164,9 @@ def print_tables(rows, cases, systems, sgemm_gflops, args, peak=None):
         return
     print(f"\ngradients (of {', '.join(f'{w} ({MODEL_CLASSES[m]})' for m, w in GRAD_WEIGHT.items())}) vs the "
           f"float64 reference, every batch of every round, max|err| / max|ref| "
-          f"(tolerance {GRAD_TOLERANCE}):")
-    _print_verdicts(rows, systems, "grad_max_rel_err", "grad_wrong_batches", lambda system: "")
+          f"(tolerance {GRAD_TOLERANCE}, {BF16_GRAD_TOLERANCE} for -bf16 rows):")
+    _print_verdicts(rows, systems, "grad_max_rel_err", "grad_wrong_batches",
+                    lambda system: f", tolerance {grad_tolerance_of(system)}")
 
 
 def _print_verdicts(rows, systems, error, wrong, tolerance):

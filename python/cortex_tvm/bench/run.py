@@ -37,14 +37,15 @@ import time
 import numpy as np
 import tvm
 
-from .. import data
+from .. import data, dot_bf16
 from ..recipes import bf16_products
-from ..target import make_target
+from ..target import host_features, make_target
 from ..version import __version__
 from . import BF16_SYSTEMS, TORCH_SYSTEMS, TRAIN_MODELS, TRAIN_SYSTEMS
 from .case_data import case_groups, reference_grads, train_direction, write_case
 from .cases import EMBED_MODELS, FEATURE_MODELS, TORCH_MODELS, make_model
-from .check import BF16_TOLERANCE, GRAD_TOLERANCE, TOLERANCE, check_grads, check_roots, tolerance_of
+from .check import (BF16_GRAD_TOLERANCE, BF16_TOLERANCE, GRAD_TOLERANCE, TOLERANCE, check_grads, check_roots,
+                    grad_tolerance_of, tolerance_of)
 from .common import GRAD_WEIGHT, TRAIN_FLOPS_FACTOR, cpu_model, thread_env, train_optimizer, train_step_parts
 from .report import case_record, peak_gflops, print_tables, summarize
 
@@ -72,8 +73,9 @@ def _apply_quick(args):
         if other:
             raise SystemExit(f"cortex-tvm bench --train: training steps are timed for {', '.join(TRAIN_MODELS)} "
                              f"only (the models with PyTorch baselines), not {', '.join(other)}")
-        if getattr(args, "precision", "fp32") != "fp32":
-            raise SystemExit("cortex-tvm bench --train: training is float32 (no --precision bf16)")
+        if getattr(args, "precision", "fp32") == "bf16" and dot_bf16.FEATURE not in host_features():
+            raise SystemExit("cortex-tvm bench --train --precision bf16: a bf16 training step multiplies on "
+                             "AVX512_BF16's vdpbf16ps, which this CPU lacks")
         if train_optimizer(args) is not None and not orchestrator_has_torch():
             raise SystemExit("cortex-tvm bench --train: the optimizer step is torch.optim.Adagrad on every side, "
                              "and this Python has no torch: pip install 'cortex_tvm[torch]', or --optimizer none")
@@ -159,7 +161,8 @@ def _meta(args, torch_python, probe, skipped):
                    "no optimizer step in it), best round; each system in its own process",
             optimizer=train_optimizer(args),
             check=meta["check"] + f"; the gradient of {' / '.join(f'{v} ({k})' for k, v in GRAD_WEIGHT.items())} "
-                  f"of every batch vs a float64 reference: max|err| <= {GRAD_TOLERANCE} * max|ref| per batch",
+                  f"of every batch vs a float64 reference: max|err| <= {GRAD_TOLERANCE} * max|ref| per batch "
+                  f"({BF16_GRAD_TOLERANCE} for a -bf16 system's)",
             flops=f"GFLOP/s count {TRAIN_FLOPS_FACTOR}x the forward's useful FLOPs per step")
     return meta
 
@@ -245,7 +248,7 @@ def bench(args) -> int:
             t0 = time.perf_counter()
             # our side's torch (its optimizer) waits passively, as docs/training.md tells a user; set
             # here, before the worker imports tvm (tvm_ffi imports torch, which reads it then)
-            passive = system == "cortex_tvm" and train and train_optimizer(args) is not None
+            passive = system.startswith("cortex_tvm") and train and train_optimizer(args) is not None
             result, err = _worker_json(cmd, {**env, "OMP_WAIT_POLICY": "PASSIVE"} if passive else env, args.timeout)
             where = "" if case is None else f"{case['model']:8s} H={case['hidden']:<4d} B={case['batch']:<3d}"
             row = {"system": system, "round": rnd, "wall_s": round(time.perf_counter() - t0, 2)}
@@ -267,7 +270,7 @@ def bench(args) -> int:
                 row.update(check_roots(_load_roots(roots), case["ref"], tolerance_of(system)))
                 wrong = f"  WRONG in batches {row['wrong_batches']}" if row["wrong_batches"] else ""
                 if train:
-                    row.update(check_grads(_load_roots(grads), case["grad_ref"]))
+                    row.update(check_grads(_load_roots(grads), case["grad_ref"], grad_tolerance_of(system)))
                     if row["grad_wrong_batches"]:
                         wrong += f"  GRADIENT WRONG in batches {row['grad_wrong_batches']}"
                     if train_optimizer(args) and not 0 < row.get("weight_moved", 0) < math.inf:
@@ -306,7 +309,8 @@ def bench(args) -> int:
     print(f"\nwrote {out_path} (loadavg {meta['loadavg_start'][0]:.2f} -> {meta['loadavg_end'][0]:.2f}, "
           f"{meta['elapsed_s']:.0f} s)")
     status = 0
-    grads = f"; gradients {GRAD_TOLERANCE} * max|ref grad| per batch" if train else ""
+    grads = (f"; gradients {GRAD_TOLERANCE} * max|ref grad| per batch ({BF16_GRAD_TOLERANCE} for -bf16 rows)"
+             if train else "")
     for title, lines in ((f"results differ from the float64 reference by more than their tolerance "
                           f"({TOLERANCE} * max(1, max|ref|) per batch{grads}):", wrong),
                          ("workers failed:", failures)):

@@ -329,11 +329,13 @@ def train(system, model, H, weights, batches, direction, weight, repeats, spec):
     import torch
 
     w = {k: torch.from_numpy(np.array(v, np.float32)).requires_grad_() for k, v in weights.items()}
-    fn = make_system(system, model, H, w, sparse=bool(spec and spec.get("sparse")))
+    bf16 = system.endswith("-bf16")           # PyTorch's own: the step's products in bf16 under CPU autocast
+    fn = make_system(system.removesuffix("-bf16"), model, H, w, sparse=bool(spec and spec.get("sparse")))
     direction = torch.from_numpy(np.array(direction, np.float32))
 
     def step(batch):
-        out = fn(batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = fn(batch).float()          # (float32's own tensor where autocast is off)
         (out * direction).sum().backward()
         return out
     return train_steps(step, w, batches, weight, repeats, make_optimizer(w, spec))
@@ -362,8 +364,8 @@ def main(argv=None):
     model, H, weights, batches = load(args.data)
     extra = {}
     if args.train:
-        if args.system.endswith("-bf16") or not args.grads:
-            ap.error("--train needs --grads and an fp32 system")
+        if not args.grads:
+            ap.error("--train needs --grads")
         d = np.load(args.data)
         spec, weight = read_optimizer(d), str(d["grad_weight"])
         roots, grads, times, moved = train(args.system, model, H, weights, batches, d["d_roots"], weight,
@@ -374,7 +376,7 @@ def main(argv=None):
         with torch.inference_mode():
             w = {k: torch.from_numpy(v) for k, v in weights.items()}
             if args.system.endswith("-bf16"):      # PyTorch's own bf16 path: oneDNN under CPU autocast
-                fp32 = make_system(args.system[:-len("-bf16")], model, H, w)
+                fp32 = make_system(args.system.removesuffix("-bf16"), model, H, w)
 
                 def fn(batch):
                     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -86,14 +86,15 @@ def run_train(system, path, repeats, roots_path, grads_path, mcpu=None):
     step is a user's with torch: ``compiled.as_torch()`` on the batch, ``loss.backward()``, the
     optimizer's step (the next forward hands the moved weights to the kernel); without, the
     compiled model's own ``out, vjp = compiled.vjp(trees); vjp(R)``.  Also the pullback alone."""
-    if system != "cortex_tvm":
+    if system not in ("cortex_tvm", "cortex_tvm-bf16"):
         raise ValueError(f"--train: no training step for {system!r} in this worker")
     model, batches, case = load_case(path)
     direction = np.array(case["d_roots"], np.float32)
     weight = str(case["grad_weight"])
     spec = read_optimizer(case)
     start = time.perf_counter()
-    compiled = model.compile(target={"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm", training=True)
+    compiled = model.compile(target={"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm", training=True,
+                             precision="bf16" if system.endswith("-bf16") else "fp32")
     extra = {"compile_s": round(time.perf_counter() - start, 3), "recipe": getattr(compiled, "recipe_name", None),
              "target": str(compiled.target), "optimizer": spec and spec["kind"]}
     if spec is None:

@@ -164,7 +164,9 @@ class Model:
         precision="bf16": the packed GEMM weights are kept as bfloat16 (half the bytes a level
         streams), states and accumulation stay float32; "fp32" (the default) keeps float32.
         training=True: also generate the backward pass (`compiled.vjp(trees)`; `as_torch()` with
-        parameters whose `.grad` a `loss.backward()` fills; docs/training.md).
+        parameters whose `.grad` a `loss.backward()` fills; docs/training.md); with
+        precision="bf16" (a CPU with AVX512_BF16) its products of weights and node values take
+        bfloat16 inputs, summed in float32, as PyTorch's bfloat16 autocast rounds a matmul's.
         The weights loaded now are the ones the compiled model uses.
         """
         return _compiler.compile_model(self, target=target, schedule=schedule, tuning_log=tuning_log,

@@ -1,0 +1,247 @@
+"""bfloat16 products in the level pass's contractions (`adjoint_nest.emit_nest`), on AVX512_BF16's
+`vdpbf16ps`: 16 float32 sums, each adding the dot product of a bfloat16 pair of one operand with
+the pair of the other (`dot_bf16`).
+
+A contraction nest of the form ``sum_{.., s} w[.., s, ..] * x[node, .., s]`` whose vector runs
+along the weight (TreeLSTM's ``gates_sum[n, g, i] = sum_{j,k} U[g*H + i, j*H + k] * h[child_j, k]``
+in the forward, ``d_h[child_j, k] += sum_{g,i} d_gates_sum[n, g, i] * U[g*H + i, j*H + k]`` in
+the backward) is taken in pairs of its last summed axis s:
+
+* the weight is read from its copy (`adjoint_copies.Transposed` / `Widened`) written as pairs,
+  word [p, s // 2, lane] holding the bfloat16 values at s and s + 1 (rounded to nearest even);
+* the node operand x is rounded to pairs once per node of the run, into a scratch array, before
+  the nest (a node's pair is then read by every chunk of columns, not rounded by each);
+* each step of the sum over s // 2 adds, for each node of the register tile and each 16-lane
+  vector of its columns, the weight's pair vector . the node's pair broadcast to every lane.
+
+The sums stay float32; what changes is the products' inputs, rounded to bfloat16 (8 significant
+bits), as PyTorch's bfloat16 autocast rounds a matmul's inputs.  A nest of another form is left
+to float32 (`plan` returns None), reading a pair copy's values widened.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import tvm
+import tvm.sym
+from tvm import tirx
+from tvm.script.ir_builder import tirx as Tb
+
+from .dot_bf16 import FUNC, IMPORT_ATTR, LANES, LLVM_IR, PAIR_STORAGE, pair_bits
+from .tir_builder import axes_grid, column_chunks, lane_loops, substitute, uses, vector_loop
+
+
+#: nodes per block of the packed weight-gradient nest on pairs (`emit_packed_pairs`): twice the
+#: float32 nest's (`adjoint_weights.PACK_NODES`), so that each pass over the gradient's tiles (read
+#: and written once per block) serves twice the nodes, with its panels the same bytes.  Zen 4,
+#: TreeLSTM h = 150, x = 300, batch 25, paired A/Bs against float32: the backward call 0.78x of
+#: float32's with 64, 0.85-0.87x with 32 (docs/bench-2026-12-07/bf16-train/)
+PACK_NODES = 64
+
+
+@dataclass
+class Plan:
+    """How one contraction nest runs on pairs: the weight's read (`weight`, over the block's
+    axes) and its pair copy (`copy`, `layout`), the node operand (`operand`), the summed axis
+    taken in pairs (`axis`, `extent`) and the other summed axes (`others`)."""
+    weight: object
+    copy: object
+    layout: object
+    operand: object
+    axis: object
+    extent: int
+    others: list
+    inner: object
+
+
+def plan(emitter, coeff, bufs, inner, summed, outer):
+    """The `Plan` of the nest that sums `coeff` over `summed` with its vector along `inner`
+    (var, extent), or None where it does not have the form above: no bf16, no vector axis, an
+    odd last summed extent, a summand that is not (weight read) x (an operand free of the vector
+    and of the outer axes), or a weight with no pair copy whose words hold pairs along s."""
+    if not getattr(emitter, "bf16", False) or inner is None or not summed or emitter.lanes != LANES:
+        return None
+    axis, extent = summed[-1]
+    if not isinstance(extent, tirx.IntImm) or int(extent) % 2 or not isinstance(coeff, tirx.Mul):
+        return None
+    var = inner[0]
+    for weight, operand in ((coeff.a, coeff.b), (coeff.b, coeff.a)):
+        if not isinstance(weight, tvm.ir.TensorLoad) or len(weight.indices) != 2 or emitter.reads_node(weight) \
+                or uses(operand, var) or any(uses(operand, v) for v, _ in outer):
+            continue
+        first, last = weight.indices
+        found = None
+        if uses(first, var) and not uses(last, var):
+            found = _copy_of(bufs.get("transposed", {}), weight.source)
+        elif uses(last, var) and not uses(first, var):
+            found = _copy_of(bufs.get("widened", {}), weight.source)
+        if found is None or not found[1].pairs:
+            continue
+        try:
+            along = found[1].index(weight.indices, var)[1]
+        except Exception:                                 # (`Unsupported`: not in blocks)
+            continue
+        if _paired(along, axis):
+            return Plan(weight, found[0], found[1], operand, axis, int(extent), summed[:-1], var)
+    return None
+
+
+def _copy_of(copies: dict, source):
+    return next((copy for key, copy in copies.items() if key.same_as(source)), None)
+
+
+def _paired(along, axis) -> bool:
+    """Whether the copy's middle index `along` takes s = 2p and 2p + 1 to one word's two halves."""
+    pair = tirx.Var("pair", "int32")
+    analyzer = tvm.sym.Analyzer()
+    analyzer.bind(pair, tvm.ir.Range(0, 1 << 20))
+    low, high = substitute(along, {axis: pair * 2}), substitute(along, {axis: pair * 2 + 1})
+    return analyzer.can_prove(tirx.floormod(low, 2) == 0) and analyzer.can_prove(high - low == 1)
+
+
+def round_operands(the_plan, run, rows, rewriter):
+    """The scratch array (uint32) of the run's nodes' operand pairs, written here: [node of the
+    run, other summed axes..., s // 2], `rows` (the stage's: a bound on the run's nodes known
+    where the function starts) long.  rewriter(mapping, position, row) rewrites an expression
+    over the block's axes for one node (`emit_nest`)."""
+    shape = [rows] + [int(ext) for _, ext in the_plan.others] + [the_plan.extent // 2]
+    scratch = Tb.alloc_buffer(shape, PAIR_STORAGE)
+    with Tb.serial(0, run.count) as t:
+        position = run.first + t
+        row = run.row_base + position
+
+        def at(mapping):
+            def store(pair):
+                rewrite = lambda s: rewriter({**mapping, the_plan.axis: s}, position, row)(the_plan.operand)
+                index = [t] + _values(mapping, the_plan.others) + [pair]
+                Tb.buffer_store(scratch, pair_bits(rewrite(pair * 2), rewrite(pair * 2 + 1)), index)
+            vector_loop(the_plan.extent // 2, LANES, store)
+        axes_grid(the_plan.others, at)
+    return scratch
+
+
+def accumulate(the_plan, scratch, run, level, acc, width, column_of, mapping_of, rewriter, nest):
+    """The sums of a register tile (`acc`: the tile's nodes x `width` columns, whole vectors of
+    LANES) on pairs: for each other summed index (`nest`) and each pair of s, every node's pair
+    broadcast against each vector of the weight's pairs.  column_of(lane): the column of a
+    lane of the chunk; mapping_of(other axes' mapping): the block axes' mapping of the tile's
+    columns' first lane."""
+    analyzer = tvm.sym.Analyzer()
+
+    def over_pairs(others):
+        with Tb.serial(0, the_plan.extent // 2) as pair:
+            with Tb.unroll(0, level.tile_size) as t:
+                position, row = level.node(t)
+                index = [position - run.first] + _values(others, the_plan.others) + [pair]
+                state = tirx.Broadcast(tirx.reinterpret("int32", scratch[index]), LANES)
+                for vector in range(width // LANES):
+                    column = tirx.const(column_of(vector * LANES), "int32") \
+                        if isinstance(column_of(vector * LANES), int) else column_of(vector * LANES)
+                    mapping = {**mapping_of(others, column), the_plan.axis: pair * 2}
+                    # (an index that is a bare axis maps to an expression: structural_map keeps a root's type)
+                    at = [analyzer.simplify(rewriter(mapping, position, row)(_rooted(i)))
+                          for i in the_plan.layout.index(the_plan.weight.indices, the_plan.inner)]
+                    words = tirx.BufferLoad(the_plan.copy, [at[0], analyzer.simplify(tirx.floordiv(at[1], 2)),
+                                                            tirx.Ramp(at[2], 1, LANES)])
+                    lanes = [t, tirx.Ramp(vector * LANES, 1, LANES)]
+                    Tb.buffer_store(acc, tirx.call_extern(f"float32x{LANES}", FUNC, acc[lanes], state,
+                                                          tirx.reinterpret(f"int32x{LANES}", words)), lanes)
+    with Tb.attr(tirx.const(0, "int32"), IMPORT_ATTR, tvm.ir.StringImm(LLVM_IR)):
+        nest(the_plan.others, over_pairs)
+
+
+def _rooted(index):
+    """`index` under an Add node (structural_map keeps the type of its root: a bare axis must not
+    be the root where it maps to an expression)."""
+    return tirx.Add(index, tirx.const(0, "int32")) if isinstance(index, tvm.ir.Expr) else index
+
+
+def _values(mapping: dict, axes) -> list:
+    """mapping's value for each (var, extent) of `axes` (TIR variables compare by `same_as`)."""
+    return [next(value for key, value in mapping.items() if key.same_as(var)) for var, _ in axes]
+
+
+def padded_width(width: int) -> int:
+    """A chunk's columns widened to whole vectors: the pair copies' panels are whole lines, so
+    the columns past a block's end read the copy's zeros, and the sums there go unwritten."""
+    return -(-width // LANES) * LANES
+
+
+def emit_packed_pairs(rewrite, rows, columns, tiled, inner, others, axes, out, count, width, shares,
+                      pack_nodes, tile, blocks, started, at):
+    """`adjoint_weights._emit_packed` with bfloat16 products: the panels hold pairs along the nodes
+    (a column panel's word: one column's values at nodes 2p and 2p + 1; a row panel's: one row's),
+    and each register tile adds, per pair of nodes, a row's pair broadcast . a vector of column
+    pairs.  A chunk's columns past the last whole vector are summed in a whole vector too (its
+    lanes past the chunk read words no pack wrote and are never stored)."""
+    extent, columns_extent = int(tiled[1]), int(inner[1])
+    by_column = [a for a in others if uses(columns, a[0])]
+    by_row = [a for a in others if not uses(columns, a[0])]
+    column_combos = math.prod(int(e) for _, e in by_column)
+    row_tiles, row_combos = (extent + tile - 1) // tile, math.prod(int(e) for _, e in by_row)
+    jobs, pairs = row_tiles * row_combos, pack_nodes // 2
+    chunks = -(-columns_extent // width)
+
+    def panel_at(column_of, pair, lane):
+        return (column_of(0) // width * pairs + pair) * width + lane
+
+    def value(e, mapping, n):
+        return tirx.if_then_else(n < count, rewrite(e, mapping, tirx.min(n, count - 1)), tirx.const(0.0, "float32"))
+
+    with Tb.parallel(0, shares) as share:
+        first, last = Tb.bind(share * jobs // shares), Tb.bind((share + 1) * jobs // shares)
+        column_panel = Tb.alloc_buffer((column_combos * chunks * pairs * width,), PAIR_STORAGE)
+        row_panel = Tb.alloc_buffer((pairs * tile,), PAIR_STORAGE, scope="local")
+        with Tb.serial(0, blocks(count, pack_nodes)) as node_block:
+            with Tb.serial(0, column_combos) as combo:
+                with Tb.serial(0, pairs) as pair:
+                    n = node_block * pack_nodes + pair * 2
+
+                    def pack(column_of, width_, vector):
+                        def at_lane(lane):
+                            mapping = {**at(combo, by_column), inner[0]: column_of(lane)}
+                            Tb.buffer_store(column_panel, pair_bits(value(columns, mapping, n),
+                                                                    value(columns, mapping, n + 1)),
+                                            [combo * chunks * pairs * width + panel_at(column_of, pair, lane)])
+                        lane_loops(width_, vector, at_lane, LANES)
+                    column_chunks(columns_extent, width, pack)
+            with Tb.serial(first, last) as job:
+                row_tile, row_combo = job // row_combos, job % row_combos
+                row_map = at(row_combo, by_row)
+                with Tb.serial(0, pairs) as pair:
+                    n = node_block * pack_nodes + pair * 2
+                    with Tb.vectorized(0, tile) as t:
+                        mapping = {**row_map, tiled[0]: tirx.min(row_tile * tile + t, extent - 1)}
+                        Tb.buffer_store(row_panel, pair_bits(value(rows, mapping, n), value(rows, mapping, n + 1)),
+                                        [pair * tile + t])
+                with Tb.serial(0, column_combos) as combo:
+                    def sums(column_of, width_, vector):
+                        summing = padded_width(width_)
+                        acc = Tb.alloc_buffer((tile, summing), "float32", scope="local")
+
+                        def element(t, lane):
+                            full = {**row_map, **at(combo, by_column), inner[0]: column_of(lane),
+                                    tiled[0]: tirx.min(row_tile * tile + t, extent - 1)}
+                            return [next(val for key, val in full.items() if key.same_as(v)) for v, _ in axes]
+                        with Tb.unroll(0, tile) as t:
+                            lane_loops(width_, vector, lambda lane: Tb.buffer_store(
+                                acc, started(node_block, out[element(t, lane)]), [t, lane]), LANES)
+                        with Tb.attr(tirx.const(0, "int32"), IMPORT_ATTR, tvm.ir.StringImm(LLVM_IR)):
+                            with Tb.serial(0, pairs) as pair:
+                                with Tb.unroll(0, tile) as t:
+                                    state = tirx.Broadcast(tirx.reinterpret("int32", row_panel[pair * tile + t]), LANES)
+                                    for vector_ in range(summing // LANES):
+                                        start = (combo * chunks * pairs * width
+                                                 + panel_at(column_of, pair, vector_ * LANES))
+                                        words = column_panel[tirx.Ramp(start, 1, LANES)]
+                                        lanes = [t, tirx.Ramp(vector_ * LANES, 1, LANES)]
+                                        Tb.buffer_store(acc, tirx.call_extern(
+                                            f"float32x{LANES}", FUNC, acc[lanes], state,
+                                            tirx.reinterpret(f"int32x{LANES}", words)), lanes)
+                        with Tb.serial(0, tile) as t:
+                            with Tb.If(row_tile * tile + t < extent):
+                                with Tb.Then():
+                                    lane_loops(width_, vector, lambda lane: Tb.buffer_store(
+                                        out, acc[t, lane], element(t, lane)), LANES)
+                    column_chunks(columns_extent, width, sums)

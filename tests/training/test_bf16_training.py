@@ -1,0 +1,175 @@
+"""compile(training=True, precision="bf16"): the level pass's products on bfloat16 inputs
+(`adjoint_bf16`, AVX512_BF16's vdpbf16ps).
+
+* the IR (built on any machine, not run): the forward's products with U and W, the backward's
+  d_h and d_emb (dG . U, dG . W) and the sums dU, dW take `cortex_dpbf16ps` on pair copies and
+  pair panels; the weights' copies are uint32 pairs; a bias's sum stays float32;
+* the numbers: TreeLSTM's gradients on SST trees equal float64 PyTorch autograd through an eager
+  recursion whose every weight product rounds its inputs and its incoming gradient to bfloat16
+  (`eager.Bf16Product`), far closer than to the float32 gradients; other zoo models' within
+  bfloat16's error of their float32 gradients, and not equal to them;
+* `as_torch()` trains: Adagrad steps' losses track the float32 module's.
+The refusal on a CPU target without AVX512_BF16 is in test_torch_training.py.
+"""
+import re
+
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm import adjoint_kernel, dot_bf16, lower
+from cortex_tvm.stage_numpy import StageNumpy
+from cortex_tvm.target import host_features
+
+torch = pytest.importorskip("torch")
+
+from .eager import EagerTreeLSTM  # noqa: E402 - needs torch
+
+H = 16        # (one vector of 16 lanes: the pairs' nests need AVX-512's)
+
+needs_bf16_cpu = pytest.mark.skipif(
+    dot_bf16.FEATURE not in host_features(),
+    reason="runs vdpbf16ps: this CPU has no AVX512_BF16 (Intel Cooper Lake / Sapphire Rapids or AMD Zen 4 "
+           "and later); the IR test still ran")
+
+
+def _calls_by_operand(text) -> dict:
+    """{the buffer whose words a vdpbf16ps call reads as its pair vector: how many calls}."""
+    found = re.findall(r'"cortex_dpbf16ps".*?T.reinterpret\("int32x16", (\w+)\[', text)
+    return {name: found.count(name) for name in set(found)}
+
+
+def test_the_bf16_level_pass_ir():
+    """TreeLSTM h = 16 (U 80 x 32, W 48 x 16): every product of a weight and node values is a
+    vdpbf16ps over pairs, in each register tile (whole tiles of 8 nodes, rest tiles of 1, 2, 4)."""
+    model = ct.models.TreeLSTM(H, 50)
+    stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
+    numpy_stages = {n: StageNumpy(s) for n, s in stages.items()}
+    texts = {}
+    for part in ("forward", "backward"):
+        for bf16 in (False, True):
+            func, params = adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=16, cores=2,
+                                                     part=part, bf16=bf16)
+            texts[part, bf16] = func.script()
+            copies = sorted((p[0], p[1].name) + p[2:] for p in params if p[0] in ("transposed", "widened"))
+            # the copies in 16-lane panels: the transposes (W_T, U_T) the forward reads, the widened
+            # copies (W_panels, U_panels) the backward reads; with bf16, words of pairs along the sum
+            dtype = "uint32" if bf16 else "float32"
+            assert copies == [("transposed", "U", (5, 16 if bf16 else 32, 16), dtype),
+                              ("transposed", "W", (3, 8 if bf16 else 16, 16), dtype),
+                              ("widened", "U", (2, 40 if bf16 else 80, 16), dtype),
+                              ("widened", "W", (1, 24 if bf16 else 48, 16), dtype)]
+    assert all("cortex_dpbf16ps" not in texts[part, False] for part in ("forward", "backward"))
+    forward, backward = texts["forward", True], texts["backward", True]
+    # the forward's gates: U_T's and W_T's words against each node's pairs, in each of 4 tiles
+    assert _calls_by_operand(forward) == {"U_T": 4, "W_T": 4}
+    assert "pragma_import_llvm" in forward
+    # the weights' pair copies: a word from a source row's two neighbours (W_T[.., k // 2, ..]), a
+    # pair of rows (U_panels[.., r // 2, ..])
+    assert 'W_T[v_5 // 16 + v_5 % 16 // 16, v_6, v_5 % 16 % 16] = T.reinterpret("uint32", W[v_5, v_6 * 2])' in forward
+    # the backward's d_h = dG . U and d_emb = dG . W on the forward's pair copies, each node's
+    # dG rounded to pairs once a run (d_internal_gates_sum[.., g, 2 p] and [.., g, 2 p + 1])
+    assert _calls_by_operand(backward) == {"U_panels": 4, "W_panels": 4, "buffer_4": 2}
+    assert re.search(r'buffer_4\[v_10, v_11, v_12\] = T.reinterpret\("uint32", d_internal_gates_sum\[.*, v_11, '
+                     r'v_12 \* 2\]\)', backward)
+    # the sums dU and dW (the 2 calls on buffer_4): panels of pairs along the nodes, 64 nodes a
+    # block (32 words a column, 16 columns a chunk: U's 2 chunks, W's 1); the biases' sums float32
+    assert 'buffer_4 = T.alloc_buffer((1024,), "uint32")' in backward
+    assert 'buffer_4 = T.alloc_buffer((512,), "uint32")' in backward
+    assert backward.count('T.alloc_local((256,), "uint32")') == 2
+
+
+@pytest.fixture(scope="module")
+def treelstm(sst):
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(H, len(vocab), seed=5)
+    return trees[:20], model, model.compile(training=True, precision="bf16"), model.compile(training=True)
+
+
+def _eager_grads(model, loss_of, bf16):
+    eager = EagerTreeLSTM(model.weights, bf16=bf16)
+    loss_of(eager).backward()
+    return {name: p.grad.numpy() for name, p in eager.named_parameters()}
+
+
+def _difference(got, want) -> float:
+    """The largest of max |got - want| / max |want| over the weights."""
+    assert sorted(got) == sorted(want)
+    return max(float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want)
+
+
+@needs_bf16_cpu
+@pytest.mark.parametrize("all_nodes", [False, True])
+def test_gradients_equal_autograd_of_products_on_bf16_inputs(treelstm, all_nodes):
+    trees, model, bf16, fp32 = treelstm
+    rng = np.random.default_rng(3)
+    out, vjp = bf16.vjp(trees, all_nodes=all_nodes)
+    if all_nodes:
+        directions = [rng.standard_normal(o.shape) for o in out]
+        got = vjp([d.astype(np.float32) for d in directions])
+        _, fp32_vjp = fp32.vjp(trees, all_nodes=True)
+        fp32_got = fp32_vjp([d.astype(np.float32) for d in directions])
+
+        def loss_of(m):
+            return sum((h * torch.tensor(d)).sum() for h, d in zip(m(trees)[1], directions))
+    else:
+        direction = rng.standard_normal((len(trees), H))
+        got = vjp(direction.astype(np.float32))
+        fp32_got = fp32.vjp(trees)[1](direction.astype(np.float32))
+
+        def loss_of(m):
+            return (m(trees)[0] * torch.tensor(direction)).sum()
+    emulated = _eager_grads(model, loss_of, bf16=True)
+    exact = _eager_grads(model, loss_of, bf16=False)
+    # bf16 products: 2-3e-3 from the exact gradients; the emulation agrees 50 times closer
+    # (float32 sums in another order, and a value near a rounding boundary rounding the other way)
+    assert _difference(got, emulated) < 2e-4
+    assert _difference(fp32_got, exact) < 2e-5
+    assert _difference(got, exact) > 10 * _difference(got, emulated)
+    assert _difference(got, exact) < 3e-2
+
+
+@needs_bf16_cpu
+def test_the_forward_rounds_as_the_emulation(treelstm):
+    trees, model, bf16, _ = treelstm
+    out, _ = bf16.vjp(trees)
+    roots = EagerTreeLSTM(model.weights, bf16=True)(trees)[0].detach().numpy()
+    exact = EagerTreeLSTM(model.weights)(trees)[0].detach().numpy()
+    assert np.abs(out - roots).max() < 1e-5 < np.abs(out - exact).max()
+
+
+@needs_bf16_cpu
+@pytest.mark.parametrize("name", ["treegru", "childsum", "mvrnn", "seqlstm"])
+def test_other_models_train_in_bf16(name, sst):
+    """Each model's products that have the form take pairs, the others stay float32 (MV-RNN's
+    node matrices): the gradients within bfloat16's error of float32's, and not equal to them."""
+    trees, vocab = sst
+    from cortex_tvm.bench.cases import OPTIONS, structures
+    model = ct.models.BY_NAME[name](hidden_size=H, vocab_size=len(vocab), seed=2, **OPTIONS.get(name, {}))
+    batch = structures(name, trees[:6])
+    got = {}
+    for precision in ("bf16", "fp32"):
+        out, vjp = model.compile(training=True, precision=precision).vjp(batch)
+        got[precision] = vjp(np.random.default_rng(4).standard_normal(np.shape(out)).astype(np.float32))
+    difference = _difference(got["bf16"], got["fp32"])
+    assert 1e-5 < difference < 3e-2, difference
+
+
+@needs_bf16_cpu
+def test_as_torch_steps_track_the_float32_module(treelstm):
+    trees, model, bf16, fp32 = treelstm
+    direction = torch.from_numpy(np.random.default_rng(6).standard_normal((10, H)).astype(np.float32))
+    losses = {}
+    for name, compiled in (("bf16", bf16), ("fp32", fp32)):
+        compiled.load_weights(model.weights)
+        module = compiled.as_torch()
+        optimizer = torch.optim.Adagrad(module.parameters(), lr=0.05)
+        losses[name] = []
+        for step in range(5):
+            optimizer.zero_grad()
+            loss = (module(trees[10 * (step % 2): 10 * (step % 2) + 10]) * direction).sum()
+            loss.backward()
+            optimizer.step()
+            losses[name].append(float(loss))
+    np.testing.assert_allclose(losses["bf16"], losses["fp32"], rtol=2e-2, atol=1e-2)
+    assert losses["bf16"] != losses["fp32"]
