@@ -16,7 +16,27 @@ the backward) is taken in pairs of its last summed axis s:
 
 The sums stay float32; what changes is the products' inputs, rounded to bfloat16 (8 significant
 bits), as PyTorch's bfloat16 autocast rounds a matmul's inputs.  A nest of another form is left
-to float32 (`plan` returns None), reading a pair copy's values widened.
+to float32 (`plan` returns None), reading a pair copy's values widened.  The weight gradients'
+packed nest (`adjoint_weights._emit_packed`) takes pairs along the nodes (`emit_packed_pairs`).
+
+TreeLSTM h = 16, a whole tile of 8 nodes of an internal level in the forward; before (float32,
+U_T the transpose of U in panels of 16 lanes)::
+
+    for v_15, v_16 in T.grid(2, 16):                       # j, k
+        for v_17 in T.unroll(8):                           # the tile's nodes
+            for v_18 in T.vectorized(16):
+                acc[v_17, v_18] = acc[v_17, v_18] + U_T[g, v_15 * 16 + v_16, v_18] * h[children[n_17, v_15], v_16]
+
+after (U_T's words hold pairs along k; x_pairs: each node's h rounded to pairs before the nest)::
+
+    for n, j, kp in T.grid(nodes, 2, 8):
+        x_pairs[n, j, kp] = bf16_bits(h[children[n, j], kp * 2]) | bf16_bits(h[children[n, j], kp * 2 + 1]) << 16
+    ...
+    for v_15, v_16 in T.grid(2, 8):                        # j, k // 2
+        for v_17 in T.unroll(8):
+            acc[v_17, 0:16] = T.call_extern("float32x16", "cortex_dpbf16ps", acc[v_17, T.Ramp(0, 1, 16)],
+                                            T.Broadcast(T.reinterpret("int32", x_pairs[n_17, v_15, v_16]), 16),
+                                            T.reinterpret("int32x16", U_T[g, v_15 * 8 + v_16, T.Ramp(0, 1, 16)]))
 """
 from __future__ import annotations
 
@@ -60,7 +80,7 @@ def plan(emitter, coeff, bufs, inner, summed, outer):
     (var, extent), or None where it does not have the form above: no bf16, no vector axis, an
     odd last summed extent, a summand that is not (weight read) x (an operand free of the vector
     and of the outer axes), or a weight with no pair copy whose words hold pairs along s."""
-    if not getattr(emitter, "bf16", False) or inner is None or not summed or emitter.lanes != LANES:
+    if not emitter.bf16 or inner is None or not summed or emitter.lanes != LANES:
         return None
     axis, extent = summed[-1]
     if not isinstance(extent, tirx.IntImm) or int(extent) % 2 or not isinstance(coeff, tirx.Mul):
@@ -76,13 +96,9 @@ def plan(emitter, coeff, bufs, inner, summed, outer):
             found = _copy_of(bufs.get("transposed", {}), weight.source)
         elif uses(last, var) and not uses(first, var):
             found = _copy_of(bufs.get("widened", {}), weight.source)
-        if found is None or not found[1].pairs:
+        if found is None or not found[1].pairs or not found[1].covers(weight.indices, var):
             continue
-        try:
-            along = found[1].index(weight.indices, var)[1]
-        except Exception:                                 # (`Unsupported`: not in blocks)
-            continue
-        if _paired(along, axis):
+        if _paired(found[1].index(weight.indices, var)[1], axis):
             return Plan(weight, found[0], found[1], operand, axis, int(extent), summed[:-1], var)
     return None
 

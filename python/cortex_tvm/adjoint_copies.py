@@ -82,6 +82,10 @@ class Transposed:
             return tirx.BufferLoad(buf, at)
         return pair_decode(buf, at)
 
+    def covers(self, indices, inner) -> bool:
+        """Whether `index` maps the read at `indices` (b * block + inner along `axis`)."""
+        return self.block is None or _block_start(tvm.sym.Analyzer(), indices[self.axis], inner, self.block) is not None
+
     def index(self, indices, inner) -> list:
         """The copy's indices of the weight's element at `indices` (expressions of the block's
         axes, `inner` among them): indices[axis] = b * block + inner."""

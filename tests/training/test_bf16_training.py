@@ -173,3 +173,23 @@ def test_as_torch_steps_track_the_float32_module(treelstm):
             losses[name].append(float(loss))
     np.testing.assert_allclose(losses["bf16"], losses["fp32"], rtol=2e-2, atol=1e-2)
     assert losses["bf16"] != losses["fp32"]
+
+
+@needs_bf16_cpu
+def test_a_traced_cell_trains_in_bf16_as_the_zoo_model():
+    @ct.recursive
+    def tree_fc(node, p):
+        if node.is_leaf:
+            return p.emb[node.word]
+        return ct.tanh(p.W @ (tree_fc(node.children[0], p) + tree_fc(node.children[1], p)) + p.b)
+
+    zoo = ct.models.TreeFC(H, 30, seed=4)
+    trees = ct.data.random_trees(5, (2, 12), seed=3, vocab_size=30)
+    direction = np.random.default_rng(7).standard_normal((5, H)).astype(np.float32)
+    cell = ct.compile(tree_fc, weights=zoo.weights, max_children=2, training=True, precision="bf16")
+    got = cell.vjp(trees)[1](direction)
+    want = zoo.compile(training=True, precision="bf16").vjp(trees)[1](direction)
+    fp32 = zoo.compile(training=True).vjp(trees)[1](direction)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert 1e-5 < _difference(got, fp32) < 3e-2
