@@ -19,8 +19,9 @@ bits), as PyTorch's bfloat16 autocast rounds a matmul's inputs.  A nest of anoth
 to float32 (`plan` returns None), reading a pair copy's values widened.  The weight gradients'
 packed nest (`adjoint_weights._emit_packed`) takes pairs along the nodes (`emit_packed_pairs`).
 
-TreeLSTM h = 16, a whole tile of 8 nodes of an internal level in the forward; before (float32,
-U_T the transpose of U in panels of 16 lanes)::
+TreeLSTM h = 16, a whole tile of 8 nodes of an internal level in the forward, schematic (names
+made up; `func.script()` prints the scratch as an unnamed buffer and the rounding as its integer
+arithmetic); before (float32, U_T the transpose of U in panels of 16 lanes)::
 
     for v_15, v_16 in T.grid(2, 16):                       # j, k
         for v_17 in T.unroll(8):                           # the tile's nodes
@@ -55,8 +56,8 @@ from .tir_builder import axes_grid, column_chunks, lane_loops, substitute, uses,
 #: nodes per block of the packed weight-gradient nest on pairs (`emit_packed_pairs`): twice the
 #: float32 nest's (`adjoint_weights.PACK_NODES`), so that each pass over the gradient's tiles (read
 #: and written once per block) serves twice the nodes, with its panels the same bytes.  Zen 4,
-#: TreeLSTM h = 150, x = 300, batch 25, paired A/Bs against float32: the backward call 0.78x of
-#: float32's with 64, 0.85-0.87x with 32 (docs/bench-2026-12-07/bf16-train/)
+#: TreeLSTM h = 150, x = 300, batch 25, paired A/Bs against float32: the backward call 0.78-0.84x
+#: of float32's with 64, 0.85-0.86x with 32 (docs/bench-2026-12-07/bf16-train/pack_nodes.txt, ab.txt)
 PACK_NODES = 64
 
 

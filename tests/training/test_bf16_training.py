@@ -23,6 +23,7 @@ from cortex_tvm.target import host_features
 
 torch = pytest.importorskip("torch")
 
+from .cells import tree_fc  # noqa: E402
 from .eager import EagerTreeLSTM  # noqa: E402 - needs torch
 
 H = 16        # (one vector of 16 lanes: the pairs' nests need AVX-512's)
@@ -67,7 +68,7 @@ def test_the_bf16_level_pass_ir():
     # the weights' pair copies: a word from a source row's two neighbours (W_T[.., k // 2, ..]), a
     # pair of rows (U_panels[.., r // 2, ..])
     assert 'W_T[v_5 // 16 + v_5 % 16 // 16, v_6, v_5 % 16 % 16] = T.reinterpret("uint32", W[v_5, v_6 * 2])' in forward
-    # the backward's d_h = dG . U and d_emb = dG . W on the forward's pair copies, each node's
+    # the backward's d_h = dG . U and d_emb = dG . W on the widened pair copies the forward wrote, each node's
     # dG rounded to pairs once a run (d_internal_gates_sum[.., g, 2 p] and [.., g, 2 p + 1])
     assert _calls_by_operand(backward) == {"U_panels": 4, "W_panels": 4, "buffer_4": 2}
     assert re.search(r'buffer_4\[v_10, v_11, v_12\] = T.reinterpret\("uint32", d_internal_gates_sum\[.*, v_11, '
@@ -177,12 +178,6 @@ def test_as_torch_steps_track_the_float32_module(treelstm):
 
 @needs_bf16_cpu
 def test_a_traced_cell_trains_in_bf16_as_the_zoo_model():
-    @ct.recursive
-    def tree_fc(node, p):
-        if node.is_leaf:
-            return p.emb[node.word]
-        return ct.tanh(p.W @ (tree_fc(node.children[0], p) + tree_fc(node.children[1], p)) + p.b)
-
     zoo = ct.models.TreeFC(H, 30, seed=4)
     trees = ct.data.random_trees(5, (2, 12), seed=3, vocab_size=30)
     direction = np.random.default_rng(7).standard_normal((5, H)).astype(np.float32)

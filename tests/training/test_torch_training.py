@@ -15,6 +15,7 @@ from cortex_tvm import ra, runtime
 
 torch = pytest.importorskip("torch")
 
+from .cells import tree_fc  # noqa: E402
 from .eager import EagerTreeLSTM  # noqa: E402 - needs torch
 
 H = 24
@@ -250,12 +251,6 @@ def test_an_operation_without_a_derivative_rule_is_refused_by_name():
 
 
 def test_a_traced_cell_trains_too():
-    @ct.recursive
-    def tree_fc(node, p):
-        if node.is_leaf:
-            return p.emb[node.word]
-        return ct.tanh(p.W @ (tree_fc(node.children[0], p) + tree_fc(node.children[1], p)) + p.b)
-
     zoo = ct.models.TreeFC(8, 30, seed=4)
     trees = ct.data.random_trees(5, (2, 12), seed=3, vocab_size=30)
     compiled = ct.compile(tree_fc, weights=zoo.weights, max_children=2, training=True)
