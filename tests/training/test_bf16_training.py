@@ -140,18 +140,21 @@ def test_the_forward_rounds_as_the_emulation(treelstm):
 
 
 @needs_bf16_cpu
-@pytest.mark.parametrize("name", ["treegru", "childsum", "mvrnn", "seqlstm"])
+@pytest.mark.parametrize("name", ["treegru", "childsum", "mvrnn", "seqlstm", "dagrnn"])
 def test_other_models_train_in_bf16(name, sst):
     """Each model's products that have the form take pairs, the others stay float32 (MV-RNN's
-    node matrices): the gradients within bfloat16's error of float32's, and not equal to them."""
+    node matrices): the gradients within bfloat16's error of float32's, and not equal to them.
+    DAG-RNN's grid DAGs (nodes with two parents) run the serial twin of the pass."""
     trees, vocab = sst
     from cortex_tvm.bench.cases import OPTIONS, structures
     model = ct.models.BY_NAME[name](hidden_size=H, vocab_size=len(vocab), seed=2, **OPTIONS.get(name, {}))
     batch = structures(name, trees[:6])
     got = {}
     for precision in ("bf16", "fp32"):
-        out, vjp = model.compile(training=True, precision=precision).vjp(batch)
+        compiled = model.compile(training=True, precision=precision)
+        out, vjp = compiled.vjp(batch)
         got[precision] = vjp(np.random.default_rng(4).standard_normal(np.shape(out)).astype(np.float32))
+        assert compiled.adjoint.level_pass.last_run == ("backward", "serial" if name == "dagrnn" else "parallel")
     difference = _difference(got["bf16"], got["fp32"])
     assert 1e-5 < difference < 3e-2, difference
 
