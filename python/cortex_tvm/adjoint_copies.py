@@ -222,7 +222,7 @@ def emit_widen(source, out, layout, lanes):
                 row_elements([layout.block], lanes, lambda ix: Tb.buffer_store(
                     out, pair_bits(source[pair * 2, which * layout.block + ix[0]],
                                    source[pair * 2 + 1, which * layout.block + ix[0]]),
-                    [layout.at(which, ix[0], pair)[0], pair, layout.at(which, ix[0], pair)[2]]))
+                    layout.at(which, ix[0], pair)))       # (word `pair` of the copy's row: rows 2 pair, 2 pair + 1)
         return
     with Tb.parallel(0, int(source.shape[0])) as row:
         with Tb.serial(0, layout.blocks) as which:

@@ -76,9 +76,9 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
                                        inner[0] if inner else None)
 
     pairs = adjoint_bf16.plan(emitter, coeff, bufs, inner, summed, outer)
-    # (the stage's rows bound a run's nodes, and are known where the function starts)
-    stage_rows = next(iter(bufs["adj"].values())).shape[0]
-    scratch = None if pairs is None else adjoint_bf16.round_operands(pairs, run, stage_rows, rewriter)
+    scratch = None
+    if pairs is not None:    # (the stage's rows bound a run's nodes, and are known where the function starts)
+        scratch = adjoint_bf16.round_operands(pairs, run, bufs["adj"][block.key].shape[0], rewriter)
 
     @contextlib.contextmanager
     def real_child(outer_map, position, row):
