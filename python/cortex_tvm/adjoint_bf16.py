@@ -49,7 +49,7 @@ import tvm.sym
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
-from .dot_bf16 import FUNC, IMPORT_ATTR, LANES, LLVM_IR, PAIR_STORAGE, pair_bits
+from .dot_bf16 import IMPORT_ATTR, LANES, LLVM_IR, PAIR_STORAGE, dot_pairs, pair_bits
 from .tir_builder import axes_grid, column_chunks, lane_loops, substitute, uses, vector_loop
 
 
@@ -76,12 +76,18 @@ class Plan:
     inner: object
 
 
+def takes_pairs(emitter) -> bool:
+    """Whether `emitter`'s (`StageEmitter`) contractions may take pairs: bf16 asked for, and
+    vectors of LANES float32 lanes (AVX-512's, as `vdpbf16ps` has)."""
+    return emitter.bf16 and emitter.lanes == LANES
+
+
 def plan(emitter, coeff, bufs, inner, summed, outer):
     """The `Plan` of the nest that sums `coeff` over `summed` with its vector along `inner`
     (var, extent), or None where it does not have the form above: no bf16, no vector axis, an
     odd last summed extent, a summand that is not (weight read) x (an operand free of the vector
     and of the outer axes), or a weight with no pair copy whose words hold pairs along s."""
-    if not emitter.bf16 or inner is None or not summed or emitter.lanes != LANES:
+    if not takes_pairs(emitter) or inner is None or not summed:
         return None
     axis, extent = summed[-1]
     if not isinstance(extent, tirx.IntImm) or int(extent) % 2 or not isinstance(coeff, tirx.Mul):
@@ -150,11 +156,11 @@ def accumulate(the_plan, scratch, run, level, acc, width, column_of, mapping_of,
         with Tb.serial(0, the_plan.extent // 2) as pair:
             with Tb.unroll(0, level.tile_size) as t:
                 position, row = level.node(t)
-                index = [position - run.first] + _values(others, the_plan.others) + [pair]
-                state = tirx.Broadcast(tirx.reinterpret("int32", scratch[index]), LANES)
+                bits = scratch[[position - run.first] + _values(others, the_plan.others) + [pair]]
                 for vector in range(width // LANES):
-                    column = tirx.const(column_of(vector * LANES), "int32") \
-                        if isinstance(column_of(vector * LANES), int) else column_of(vector * LANES)
+                    column = column_of(vector * LANES)
+                    if isinstance(column, int):          # (a chunk past the whole ones: a constant start)
+                        column = tirx.const(column, "int32")
                     mapping = {**mapping_of(others, column), the_plan.axis: pair * 2}
                     # (an index that is a bare axis maps to an expression: structural_map keeps a root's type)
                     at = [analyzer.simplify(rewriter(mapping, position, row)(_rooted(i)))
@@ -162,8 +168,7 @@ def accumulate(the_plan, scratch, run, level, acc, width, column_of, mapping_of,
                     words = tirx.BufferLoad(the_plan.copy, [at[0], analyzer.simplify(tirx.floordiv(at[1], 2)),
                                                             tirx.Ramp(at[2], 1, LANES)])
                     lanes = [t, tirx.Ramp(vector * LANES, 1, LANES)]
-                    Tb.buffer_store(acc, tirx.call_extern(f"float32x{LANES}", FUNC, acc[lanes], state,
-                                                          tirx.reinterpret(f"int32x{LANES}", words)), lanes)
+                    Tb.buffer_store(acc, dot_pairs(acc[lanes], bits, words), lanes)
     with Tb.attr(tirx.const(0, "int32"), IMPORT_ATTR, tvm.ir.StringImm(LLVM_IR)):
         nest(the_plan.others, over_pairs)
 
@@ -240,22 +245,19 @@ def emit_packed_pairs(rewrite, rows, columns, tiled, inner, others, axes, out, c
                         def element(t, lane):
                             full = {**row_map, **at(combo, by_column), inner[0]: column_of(lane),
                                     tiled[0]: tirx.min(row_tile * tile + t, extent - 1)}
-                            return [next(val for key, val in full.items() if key.same_as(v)) for v, _ in axes]
+                            return _values(full, axes)
                         with Tb.unroll(0, tile) as t:
                             lane_loops(width_, vector, lambda lane: Tb.buffer_store(
                                 acc, started(node_block, out[element(t, lane)]), [t, lane]), LANES)
                         with Tb.attr(tirx.const(0, "int32"), IMPORT_ATTR, tvm.ir.StringImm(LLVM_IR)):
                             with Tb.serial(0, pairs) as pair:
                                 with Tb.unroll(0, tile) as t:
-                                    state = tirx.Broadcast(tirx.reinterpret("int32", row_panel[pair * tile + t]), LANES)
                                     for vector_ in range(summing // LANES):
                                         start = (combo * chunks * pairs * width
                                                  + panel_at(column_of, pair, vector_ * LANES))
-                                        words = column_panel[tirx.Ramp(start, 1, LANES)]
                                         lanes = [t, tirx.Ramp(vector_ * LANES, 1, LANES)]
-                                        Tb.buffer_store(acc, tirx.call_extern(
-                                            f"float32x{LANES}", FUNC, acc[lanes], state,
-                                            tirx.reinterpret(f"int32x{LANES}", words)), lanes)
+                                        Tb.buffer_store(acc, dot_pairs(acc[lanes], row_panel[pair * tile + t],
+                                                                       column_panel[tirx.Ramp(start, 1, LANES)]), lanes)
                         with Tb.serial(0, tile) as t:
                             with Tb.If(row_tile * tile + t < extent):
                                 with Tb.Then():

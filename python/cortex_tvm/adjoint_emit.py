@@ -369,10 +369,9 @@ class StageEmitter:
                     and not uses(ld.indices[0], inner):
                 for k, (buf, layout) in bufs.get("widened", {}).items():
                     if k.same_as(ld.source):
-                        try:
+                        if layout.covers(ld.indices, inner):
                             return layout.load(buf, ld.indices, inner)
-                        except Unsupported:          # (another form of read: the weight itself)
-                            break
+                        break                        # (another form of read: the weight itself)
             for k, buf in bufs["placeholder"].items():
                 if k.same_as(ld.source):
                     return tirx.BufferLoad(buf, list(ld.indices))

@@ -158,7 +158,7 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
                                inner[0] if inner else None)
 
     factors = _factors(coeff, tiled, inner) if not summed else None
-    if factors is not None and emitter.bf16 and emitter.lanes == adjoint_bf16.LANES:
+    if factors is not None and adjoint_bf16.takes_pairs(emitter):
         adjoint_bf16.emit_packed_pairs(rewrite, *factors, tiled, inner, others, axes, out, count, width,
                                        emitter.shares, adjoint_bf16.PACK_NODES, TILE, _blocks, _started, _grid_at)
         return

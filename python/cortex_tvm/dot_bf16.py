@@ -105,6 +105,13 @@ def pair_bits(low, high):
     return tir_rewrites.bf16_bits32(low) | (tir_rewrites.bf16_bits32(high) << tirx.const(16, "uint32"))
 
 
+def dot_pairs(acc, bits, words):
+    """`acc` (float32 x LANES) + the pair `bits` (one uint32, broadcast to every lane) . the
+    LANES pairs `words` (uint32 x LANES): one `cortex_dpbf16ps` call (`vdpbf16ps`)."""
+    state = tirx.Broadcast(tirx.reinterpret("int32", bits), LANES)
+    return tirx.call_extern(f"float32x{LANES}", FUNC, acc, state, tirx.reinterpret(f"int32x{LANES}", words))
+
+
 def pair_decode(pairs, indices):
     """The float32 value of element (a, k, c) of a weight stored as pairs: its half of
     `pairs[a, k // 2, c]` moved to the upper 16 bits."""

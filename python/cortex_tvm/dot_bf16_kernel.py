@@ -8,7 +8,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from .dot_bf16 import FUNC, IMPORT_ATTR, LANES, LLVM_IR, PAIR_STORAGE, has_block, pair_bits
+from .dot_bf16 import IMPORT_ATTR, LANES, LLVM_IR, PAIR_STORAGE, dot_pairs, has_block, pair_bits
 from .tir_builder import substitute, uses, var_dtype
 
 
@@ -165,10 +165,7 @@ class _Update:
         a, k, c = self.w_base
         weights = tirx.BufferLoad(pairs, [a, tirx.floordiv(k, 2), tirx.Ramp(c, 1, LANES)])
         bits = pair_bits(self.x0, self.x1) if scratch is None else tirx.BufferLoad(scratch, self.pairs[4])
-        state = tirx.Broadcast(tirx.reinterpret("int32", bits), LANES)
-        call = tirx.call_extern(f"float32x{LANES}", FUNC, tirx.BufferLoad(acc, idx), state,
-                                tirx.reinterpret(f"int32x{LANES}", weights))
-        body = tirx.BufferStore(acc, call, idx)
+        body = tirx.BufferStore(acc, dot_pairs(tirx.BufferLoad(acc, idx), bits, weights), idx)
         block = _with_regions(tvm.s_tir.stmt.SBlock([], [], [], self.name, body), body)
         return tvm.s_tir.stmt.SBlockRealize([], self.predicate, block)
 
