@@ -17,7 +17,7 @@ the backward) is taken in pairs of its last summed axis s:
 The sums stay float32; what changes is the products' inputs, rounded to bfloat16 (8 significant
 bits), as PyTorch's bfloat16 autocast rounds a matmul's inputs.  A nest of another form is left
 to float32 (`plan` returns None), reading a pair copy's values widened.  The weight gradients'
-packed nest (`adjoint_weights._emit_packed`) takes pairs along the nodes (`emit_packed_pairs`).
+packed nest (`adjoint_packed.emit_packed`) takes pairs along the nodes.
 
 TreeLSTM h = 16, a whole tile of 8 nodes of an internal level in the forward, schematic (names
 made up; `func.script()` prints the scratch as an unnamed buffer and the rounding as its integer
@@ -41,7 +41,6 @@ after (U_T's words hold pairs along k; x_pairs: each node's h rounded to pairs b
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import tvm
@@ -50,15 +49,7 @@ from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
 from .dot_bf16 import IMPORT_ATTR, LANES, LLVM_IR, PAIR_STORAGE, dot_pairs, pair_bits
-from .tir_builder import axes_grid, column_chunks, lane_loops, substitute, uses, vector_loop
-
-
-#: nodes per block of the packed weight-gradient nest on pairs (`emit_packed_pairs`): twice the
-#: float32 nest's (`adjoint_weights.PACK_NODES`), so that each pass over the gradient's tiles (read
-#: and written once per block) serves twice the nodes, with its panels the same bytes.  Zen 4,
-#: TreeLSTM h = 150, x = 300, batch 25, paired A/Bs against float32: the backward call 0.78-0.84x
-#: of float32's with 64, 0.85-0.86x with 32 (docs/bench-2026-12-07/bf16-train/pack_nodes.txt, ab.txt)
-PACK_NODES = 64
+from .tir_builder import axes_grid, substitute, uses, values_of, vector_loop
 
 
 @dataclass
@@ -137,7 +128,7 @@ def round_operands(the_plan, run, rows, rewriter):
         def at(mapping):
             def store(pair):
                 rewrite = lambda s: rewriter({**mapping, the_plan.axis: s}, position, row)(the_plan.operand)
-                index = [t] + _values(mapping, the_plan.others) + [pair]
+                index = [t] + values_of(mapping, the_plan.others) + [pair]
                 Tb.buffer_store(scratch, pair_bits(rewrite(pair * 2), rewrite(pair * 2 + 1)), index)
             vector_loop(the_plan.extent // 2, LANES, store)
         axes_grid(the_plan.others, at)
@@ -156,7 +147,7 @@ def accumulate(the_plan, scratch, run, level, acc, width, column_of, mapping_of,
         with Tb.serial(0, the_plan.extent // 2) as pair:
             with Tb.unroll(0, level.tile_size) as t:
                 position, row = level.node(t)
-                bits = scratch[[position - run.first] + _values(others, the_plan.others) + [pair]]
+                bits = scratch[[position - run.first] + values_of(others, the_plan.others) + [pair]]
                 for vector in range(width // LANES):
                     column = column_of(vector * LANES)
                     if isinstance(column, int):          # (a chunk past the whole ones: a constant start)
@@ -179,88 +170,7 @@ def _rooted(index):
     return tirx.Add(index, tirx.const(0, "int32")) if isinstance(index, tvm.ir.Expr) else index
 
 
-def _values(mapping: dict, axes) -> list:
-    """mapping's value for each (var, extent) of `axes` (TIR variables compare by `same_as`)."""
-    return [next(value for key, value in mapping.items() if key.same_as(var)) for var, _ in axes]
-
-
 def padded_width(width: int) -> int:
     """A chunk's columns widened to whole vectors: the pair copies' panels are whole lines, so
     the columns past a block's end read the copy's zeros, and the sums there go unwritten."""
     return -(-width // LANES) * LANES
-
-
-def emit_packed_pairs(rewrite, rows, columns, tiled, inner, others, axes, out, count, width, shares,
-                      pack_nodes, tile, blocks, started, at):
-    """`adjoint_weights._emit_packed` with bfloat16 products: the panels hold pairs along the nodes
-    (a column panel's word: one column's values at nodes 2p and 2p + 1; a row panel's: one row's),
-    and each register tile adds, per pair of nodes, a row's pair broadcast . a vector of column
-    pairs.  A chunk's columns past the last whole vector are summed in a whole vector too (its
-    lanes past the chunk read words no pack wrote and are never stored)."""
-    extent, columns_extent = int(tiled[1]), int(inner[1])
-    by_column = [a for a in others if uses(columns, a[0])]
-    by_row = [a for a in others if not uses(columns, a[0])]
-    column_combos = math.prod(int(e) for _, e in by_column)
-    row_tiles, row_combos = (extent + tile - 1) // tile, math.prod(int(e) for _, e in by_row)
-    jobs, pairs = row_tiles * row_combos, pack_nodes // 2
-    chunks = -(-columns_extent // width)
-
-    def panel_at(column_of, pair, lane):
-        return (column_of(0) // width * pairs + pair) * width + lane
-
-    def value(e, mapping, n):
-        return tirx.if_then_else(n < count, rewrite(e, mapping, tirx.min(n, count - 1)), tirx.const(0.0, "float32"))
-
-    with Tb.parallel(0, shares) as share:
-        first, last = Tb.bind(share * jobs // shares), Tb.bind((share + 1) * jobs // shares)
-        column_panel = Tb.alloc_buffer((column_combos * chunks * pairs * width,), PAIR_STORAGE)
-        row_panel = Tb.alloc_buffer((pairs * tile,), PAIR_STORAGE, scope="local")
-        with Tb.serial(0, blocks(count, pack_nodes)) as node_block:
-            with Tb.serial(0, column_combos) as combo:
-                with Tb.serial(0, pairs) as pair:
-                    n = node_block * pack_nodes + pair * 2
-
-                    def pack(column_of, width_, vector):
-                        def at_lane(lane):
-                            mapping = {**at(combo, by_column), inner[0]: column_of(lane)}
-                            Tb.buffer_store(column_panel, pair_bits(value(columns, mapping, n),
-                                                                    value(columns, mapping, n + 1)),
-                                            [combo * chunks * pairs * width + panel_at(column_of, pair, lane)])
-                        lane_loops(width_, vector, at_lane, LANES)
-                    column_chunks(columns_extent, width, pack)
-            with Tb.serial(first, last) as job:
-                row_tile, row_combo = job // row_combos, job % row_combos
-                row_map = at(row_combo, by_row)
-                with Tb.serial(0, pairs) as pair:
-                    n = node_block * pack_nodes + pair * 2
-                    with Tb.vectorized(0, tile) as t:
-                        mapping = {**row_map, tiled[0]: tirx.min(row_tile * tile + t, extent - 1)}
-                        Tb.buffer_store(row_panel, pair_bits(value(rows, mapping, n), value(rows, mapping, n + 1)),
-                                        [pair * tile + t])
-                with Tb.serial(0, column_combos) as combo:
-                    def sums(column_of, width_, vector):
-                        summing = padded_width(width_)
-                        acc = Tb.alloc_buffer((tile, summing), "float32", scope="local")
-
-                        def element(t, lane):
-                            full = {**row_map, **at(combo, by_column), inner[0]: column_of(lane),
-                                    tiled[0]: tirx.min(row_tile * tile + t, extent - 1)}
-                            return _values(full, axes)
-                        with Tb.unroll(0, tile) as t:
-                            lane_loops(width_, vector, lambda lane: Tb.buffer_store(
-                                acc, started(node_block, out[element(t, lane)]), [t, lane]), LANES)
-                        with Tb.attr(tirx.const(0, "int32"), IMPORT_ATTR, tvm.ir.StringImm(LLVM_IR)):
-                            with Tb.serial(0, pairs) as pair:
-                                with Tb.unroll(0, tile) as t:
-                                    for vector_ in range(summing // LANES):
-                                        start = (combo * chunks * pairs * width
-                                                 + panel_at(column_of, pair, vector_ * LANES))
-                                        lanes = [t, tirx.Ramp(vector_ * LANES, 1, LANES)]
-                                        Tb.buffer_store(acc, dot_pairs(acc[lanes], row_panel[pair * tile + t],
-                                                                       column_panel[tirx.Ramp(start, 1, LANES)]), lanes)
-                        with Tb.serial(0, tile) as t:
-                            with Tb.If(row_tile * tile + t < extent):
-                                with Tb.Then():
-                                    lane_loops(width_, vector, lambda lane: Tb.buffer_store(
-                                        out, acc[t, lane], element(t, lane)), LANES)
-                    column_chunks(columns_extent, width, sums)

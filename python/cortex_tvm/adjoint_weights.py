@@ -15,21 +15,10 @@ through the node of another form leaves its block to the numpy weight pass.
 The nest tiles the read's largest outer axis by TILE (8 values of i for U) and its last axis by
 chunks of vectors (`StageEmitter.vectors` a row: 2 on AVX-512 CPUs with two FMA units).  Where
 the summand is a product of a factor without the vector axis and one without the tiled axis
-(U's, the leaf W's), it is a packed matrix product (`_emit_packed`): for each block of
-PACK_NODES nodes, each core copies the column factor into a panel, then per tile of rows the row
-factor into another, and each register tile reads the two panels in order::
-
-    for share (parallel), node_block:
-        column_panel[j, k_chunk, n, lane] = h[children[n, j], k]            (0 past the last node)
-        for (i_tile, g) in the share's tiles:
-            row_panel[n, t] = d_gates_sum[n, g, 8*i_tile + t]
-            for j, k_chunk:
-                acc[t, lane] = R[g, 8*i_tile + t, j, k] if node_block else 0
-                for n in node_block:  acc[t, lane] += row_panel[n, t] * column_panel[j, k_chunk, n, lane]
-                R[g, 8*i_tile + t, j, k] = acc[t, lane]
-
-Any other summand (a bias's: the adjoint alone) is read where it lies, in blocks of
-NODES_PER_BLOCK nodes, whose rows stay in the cache while every tile adds them in::
+(U's, the leaf W's), it is a packed matrix product over panels of both factors
+(`adjoint_packed.emit_packed`, float32 or bfloat16 pairs).  Any other summand (a bias's: the
+adjoint alone) is read where it lies, in blocks of NODES_PER_BLOCK nodes, whose rows stay in the
+cache while every tile adds them in::
 
     for i_tile (parallel), node_block, g, j, k_chunk:
         acc[t, lane] = R[g, 8*i_tile + t, j, k] if node_block else 0
@@ -41,7 +30,6 @@ Either way the first block of nodes starts the sums: the caller does not zero `R
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 import tvm
@@ -52,14 +40,11 @@ from tvm.script.ir_builder import tirx as Tb
 from . import adjoint_bf16
 from .adjoint_emit import Unsupported
 from .adjoint_nest import POSITION, ROW
-from .tir_builder import axes_grid, column_chunks, lane_loops, unravel, uses
+from .adjoint_packed import TILE, emit_packed, node_blocks, started
+from .tir_builder import axes_grid, column_chunks, lane_loops, uses
 
-#: values of the tiled axis per iteration of the parallel loop
-TILE = 8
 #: nodes summed per pass over `out`'s tiles (their rows of the adjoints and child states stay in L2)
 NODES_PER_BLOCK = 32
-#: nodes per block of the packed nest (`_emit_packed`): its panels stay in L1 while every tile takes them
-PACK_NODES = 32
 
 
 def weight_blocks(emitter) -> list:
@@ -141,8 +126,8 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
     nodes [offset, offset + count) (rows 0 ..) and the block's other axes; parallel over the
     tiles of `out` (no two write one element).  A summand that is a product of a factor without
     the vector axis and one without the tiled axis (TreeLSTM's dU: ``d_gates_sum[n, g, i] *
-    h[children[n, j], k]``) takes the packed nest (`_emit_packed`); any other the nest below,
-    which reads both factors where they lie."""
+    h[children[n, j], k]``) takes the packed nest (`adjoint_packed.emit_packed`); any other the nest
+    below, which reads both factors where they lie."""
     summed = block.summed_axes(axes)
     inner = axes[-1] if uses(load.indices[-1], axes[-1][0]) else None
     outer = [a for a in axes if inner is None or not a[0].same_as(inner[0])]
@@ -158,13 +143,9 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
                                inner[0] if inner else None)
 
     factors = _factors(coeff, tiled, inner) if not summed else None
-    if factors is not None and adjoint_bf16.takes_pairs(emitter):
-        adjoint_bf16.emit_packed_pairs(rewrite, *factors, tiled, inner, others, axes, out, count, width,
-                                       emitter.shares, adjoint_bf16.PACK_NODES, TILE, _blocks, _started, _grid_at)
-        return
     if factors is not None:
-        _emit_packed(rewrite, *factors, tiled, inner, others, axes, out, count, emitter.lanes, width,
-                     emitter.shares)
+        emit_packed(rewrite, *factors, tiled, inner, others, axes, out, count, emitter.lanes, width, emitter.shares,
+                    pairs=adjoint_bf16.takes_pairs(emitter))
         return
     tile_size = TILE if tiled else 1
 
@@ -184,7 +165,7 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
             full = {**mapping, **mi, **at_tile(tile, t)}
             return [full[v] for v, _ in axes]
         with Tb.unroll(0, tile_size) as t:             # (the first block starts the sums: no zeroing)
-            lanes_of(lambda lane, mi: Tb.buffer_store(acc, _started(node_block, out[element(t, mi)]), [t, lane]))
+            lanes_of(lambda lane, mi: Tb.buffer_store(acc, started(node_block, out[element(t, mi)]), [t, lane]))
         with Tb.serial(0, NODES_PER_BLOCK) as k:
             n = first_node + k
             with Tb.If(n < count):
@@ -202,7 +183,7 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
 
     with Tb.parallel(0, (extent + TILE - 1) // TILE) as tile:
         # blocks of nodes: the block's rows stay in the cache while every tile of `out` takes them
-        with Tb.serial(0, _blocks(count, NODES_PER_BLOCK)) as node_block:
+        with Tb.serial(0, node_blocks(count, NODES_PER_BLOCK)) as node_block:
             def body(mapping):
                 def chunk(column_of, width_, vector):
                     columns(mapping, tile, node_block, column_of, width_, vector)
@@ -241,106 +222,3 @@ def _factors(coeff, tiled, inner):
 
 def _product(factors):
     return functools.reduce(lambda a, b: a * b, factors) if factors else tirx.const(1.0, "float32")
-
-
-def _emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, lanes, width, shares):
-    """out = sum over the nodes of rows(n, tiled axis, ...) * columns(n, vector axis, ...), as a
-    packed matrix product: for each block of PACK_NODES nodes, each core first copies the column
-    factor of every column into `column_panel` (each chunk's nodes one after another), then, for
-    each tile of TILE rows, the row factor into `row_panel` (a node's TILE values side by side),
-    and sums each chunk from the two panels alone: both stream through the cache in order, where
-    the nest of `emit_weight_read` reads each node's rows where they lie (a new row of both
-    factors per node: TreeLSTM's dU at 120 against 190 GFLOP/s a core in a probe on Sapphire
-    Rapids).  Nodes past the stage's last are zeros in the panels; the first block starts the
-    sums, so `out` needs no zeroing.  Parallel over the row tiles (x the axes the column factor
-    does not use), one share per core."""
-    extent, columns_extent = int(tiled[1]), int(inner[1])
-    by_column = [a for a in others if uses(columns, a[0])]
-    by_row = [a for a in others if not uses(columns, a[0])]
-    column_combos = math.prod(int(e) for _, e in by_column)
-    row_tiles, row_combos = (extent + TILE - 1) // TILE, math.prod(int(e) for _, e in by_row)
-    jobs = row_tiles * row_combos
-    panel = PACK_NODES * columns_extent
-
-    at = _grid_at
-
-    def panel_chunks(body):
-        """body(column_of, width, vector, at_panel(k, lane)) for each chunk of `width` columns."""
-        def chunk(column_of, width_, vector):
-            body(column_of, width_, vector, lambda k, lane: column_of(0) * PACK_NODES + k * width_ + lane)
-        column_chunks(columns_extent, width, chunk)
-
-    with Tb.parallel(0, shares) as share:
-        first, last = Tb.bind(share * jobs // shares), Tb.bind((share + 1) * jobs // shares)
-        column_panel = Tb.alloc_buffer((column_combos * panel,), "float32")
-        row_panel = Tb.alloc_buffer((PACK_NODES * TILE,), "float32", scope="local")
-        with Tb.serial(0, _blocks(count, PACK_NODES)) as node_block:
-            with Tb.serial(0, column_combos) as combo:
-                with Tb.serial(0, PACK_NODES) as k:
-                    n = node_block * PACK_NODES + k
-
-                    def pack(column_of, width_, vector, at_panel):
-                        def at_lane(lane):
-                            mapping = {**at(combo, by_column), inner[0]: column_of(lane)}
-                            Tb.buffer_store(column_panel, tirx.if_then_else(n < count, rewrite(
-                                columns, mapping, tirx.min(n, count - 1)), tirx.const(0.0, "float32")),
-                                [combo * panel + at_panel(k, lane)])
-                        lane_loops(width_, vector, at_lane, lanes)
-                    panel_chunks(pack)
-            with Tb.serial(first, last) as job:
-                tile, row_combo = job // row_combos, job % row_combos
-                row_map = at(row_combo, by_row)
-                with Tb.serial(0, PACK_NODES) as k:
-                    n = node_block * PACK_NODES + k
-
-                    def fill(t, row):
-                        Tb.buffer_store(row_panel, tirx.if_then_else(n < count, rewrite(
-                            rows, {**row_map, tiled[0]: row}, tirx.min(n, count - 1)), tirx.const(0.0, "float32")),
-                            [k * TILE + t])
-                    with Tb.If(tile < extent // TILE):     # a whole tile's rows: one vector load a node
-                        with Tb.Then():
-                            with Tb.vectorized(0, TILE) as t:
-                                fill(t, tile * TILE + t)
-                        with Tb.Else():                     # the last, short: its last row repeated
-                            with Tb.unroll(0, TILE) as t:
-                                fill(t, tirx.min(tile * TILE + t, extent - 1))
-                with Tb.serial(0, column_combos) as combo:
-                    def sums(column_of, width_, vector, at_panel):
-                        acc = Tb.alloc_buffer((TILE, width_), "float32", scope="local")
-
-                        def lane_loop(body):
-                            lane_loops(width_, vector, body, lanes)
-
-                        def element(t, lane):
-                            full = {**row_map, **at(combo, by_column), inner[0]: column_of(lane),
-                                    tiled[0]: tirx.min(tile * TILE + t, extent - 1)}
-                            return [full[v] for v, _ in axes]
-                        with Tb.unroll(0, TILE) as t:
-                            lane_loop(lambda lane: Tb.buffer_store(
-                                acc, _started(node_block, out[element(t, lane)]), [t, lane]))
-                        with Tb.serial(0, PACK_NODES) as k:
-                            with Tb.unroll(0, TILE) as t:
-                                lane_loop(lambda lane: Tb.buffer_store(acc, acc[t, lane] + row_panel[k * TILE + t] *
-                                                                       column_panel[combo * panel + at_panel(k, lane)],
-                                                                       [t, lane]))
-                        with Tb.serial(0, TILE) as t:
-                            with Tb.If(tile * TILE + t < extent):
-                                with Tb.Then():
-                                    lane_loop(lambda lane: Tb.buffer_store(out, acc[t, lane], element(t, lane)))
-                    panel_chunks(sums)
-
-
-def _grid_at(combo, grid) -> dict:
-    """The axes of `grid` ((var, extent) pairs) at its flat index `combo`, row-major."""
-    return dict(zip((v for v, _ in grid), unravel(combo, [int(e) for _, e in grid])))
-
-
-def _started(node_block, partial):
-    """A sum's value before the block `node_block`: zero before the first."""
-    return tirx.Select(node_block == 0, tirx.const(0.0, "float32"), partial)
-
-
-def _blocks(count, size):
-    """Blocks of `size` nodes over `count` nodes, at least one (so an empty stage still writes
-    its zeros)."""
-    return tirx.max((count + size - 1) // size, 1)

@@ -112,6 +112,11 @@ def axes_grid(axes, body):
         body(dict(zip([v for v, _ in axes], as_list(loops))))
 
 
+def values_of(mapping: dict, axes) -> list:
+    """mapping's value for each (var, extent) of `axes` (TIR variables compare by `same_as`)."""
+    return [next(value for key, value in mapping.items() if key.same_as(var)) for var, _ in axes]
+
+
 def uses(e, var) -> bool:
     found = []
     tvm_ffi.structural_walk(e, (tvm.ir.Var, lambda v: found.append(v.same_as(var))), order="post")

@@ -1,6 +1,6 @@
 """The compiled backward's register tiles (`adjoint_nest.tile_vectors`, `tile_sums`), the lanes of
 a chunk of columns (`tir_builder.lane_loops`) and the packed weight sums
-(`adjoint_weights._emit_packed`): the IR they emit, and the numpy backward's gradients whatever
+(`adjoint_packed.emit_packed`): the IR they emit, and the numpy backward's gradients whatever
 the CPU, with a tile's vectors forced to 1 (one FMA unit, or AVX2) and to 2 (AVX-512 with two).
 """
 import re

@@ -9,12 +9,12 @@ os.environ.setdefault("TVM_NUM_THREADS", "2"); os.environ.setdefault("OMP_WAIT_P
 import inspect
 import numpy as np, torch
 import cortex_tvm as ct
-from cortex_tvm import adjoint_bf16
+from cortex_tvm import adjoint_packed
 torch.set_num_threads(2)
 B = int(sys.argv[1]); H = int(sys.argv[2]) if len(sys.argv) > 2 else 150
 name = sys.argv[3] if len(sys.argv) > 3 else "treelstm"
 if len(sys.argv) > 4:
-    adjoint_bf16.PACK_NODES = int(sys.argv[4])
+    adjoint_packed.PAIR_PACK_NODES = int(sys.argv[4])
 trees, vocab = ct.data.sst_sample()
 make = ct.models.BY_NAME[name]
 width = {"embed_size": 300} if "embed_size" in inspect.signature(make).parameters else {}
@@ -42,7 +42,7 @@ for arm, (module, opt) in arms.items():
     opt.zero_grad(); (module(batches[0]) * R).sum().backward()
     grads[arm] = {k: (p.grad.to_dense() if p.grad.is_sparse else p.grad).numpy().copy() for k, p in module.named_parameters()}
 rel = {k: float(np.abs(grads["bf16"][k] - grads["fp32"][k]).max() / np.abs(grads["fp32"][k]).max()) for k in grads["fp32"]}
-print(f"{name} h={H} B={B} PACK_NODES={adjoint_bf16.PACK_NODES}: gradient difference bf16 vs fp32 (max abs / max abs fp32): "
+print(f"{name} h={H} B={B} PACK_NODES={adjoint_packed.PAIR_PACK_NODES}: gradient difference bf16 vs fp32 (max abs / max abs fp32): "
       + ", ".join(f"{k} {v:.1e}" for k, v in rel.items()))
 kernel_times.clear()
 steps = {arm: [] for arm in arms}
