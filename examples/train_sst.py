@@ -10,9 +10,13 @@ embedding's gradient holds the batch's words' rows only (a sparse tensor, as
 `nn.Embedding(sparse=True)` makes), so Adagrad updates those rows and not the whole table.
 The optimizer is `ct.optim.Adagrad`, torch.optim.Adagrad's update as one compiled pass per weight
 (`--torch-optimizer`: torch's own, the same numbers; its step takes a few times as long).
+`--precision bf16` (a CPU with AVX512_BF16): the forward's and the backward's products of the
+weights with node values take bfloat16 inputs, summed in float32, as PyTorch's bf16 autocast
+rounds a matmul's inputs; weights, gradients and the optimizer stay float32 (docs/training.md).
 
     python examples/train_sst.py                       # the bundled SST dev trees, split 80/20
     python examples/train_sst.py --trees train.txt --test dev.txt --epochs 5
+    python examples/train_sst.py --precision bf16      # bfloat16 products (AVX512_BF16)
     CORTEX_TVM_CACHE_DIR=~/.cache/cortex_tvm python examples/train_sst.py   # later runs load the model's build
 
 Prints how many vectors of h the training forward keeps per node for the backward, then each
@@ -50,9 +54,9 @@ def node_labels(trees) -> torch.Tensor:
     return torch.tensor([n.label for t in trees for n in ct.data.postorder(t)], dtype=torch.long)
 
 
-def make_encoder(vocab_size, hidden, embed, seed, sparse=True):
+def make_encoder(vocab_size, hidden, embed, seed, sparse=True, precision="fp32"):
     model = ct.models.TreeLSTM(hidden_size=hidden, vocab_size=vocab_size, embed_size=embed, seed=seed)
-    return model, model.compile(training=True).as_torch(sparse=sparse)
+    return model, model.compile(training=True, precision=precision).as_torch(sparse=sparse)
 
 
 def make_optimizer(encoder, classifier, lr, weight_decay, adagrad=None):
@@ -105,6 +109,9 @@ def main(argv=None):
                         help="the embedding's gradient as the whole table (the same steps, slower)")
     parser.add_argument("--torch-optimizer", action="store_true",
                         help="torch.optim.Adagrad instead of ct.optim.Adagrad (the same update, slower)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="bf16: the weights' products on bfloat16 inputs, summed in float32 (a CPU with "
+                             "AVX512_BF16; default: %(default)s)")
     parser.add_argument("--max-trees", type=int, default=None, help="use only the first N training trees")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -122,10 +129,14 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     start = time.perf_counter()
-    model, encoder = make_encoder(len(vocab), args.hidden, args.embed, args.seed, not args.dense_embedding)
+    try:
+        model, encoder = make_encoder(len(vocab), args.hidden, args.embed, args.seed, not args.dense_embedding,
+                                      args.precision)
+    except ValueError as err:           # (bf16 on a CPU without AVX512_BF16: the message says so)
+        parser.error(f"--precision {args.precision}: {err}")
     keep = "" if os.environ.get("CORTEX_TVM_CACHE_DIR") else " (CORTEX_TVM_CACHE_DIR=<a folder> keeps the build)"
-    print(f"TreeLSTM h={args.hidden} x={args.embed}, {len(vocab)} words: compiled with its backward in "
-          f"{time.perf_counter() - start:.1f} s{keep}; {len(train)} training trees, {len(test)} test trees")
+    print(f"TreeLSTM h={args.hidden} x={args.embed} ({args.precision}), {len(vocab)} words: compiled with its "
+          f"backward in {time.perf_counter() - start:.1f} s{keep}; {len(train)} training trees, {len(test)} test trees")
     level_pass = encoder.compiled.adjoint.level_pass
     if level_pass is not None:
         print(f"the training forward keeps {level_pass.saved_vectors('internal')} vectors of h per internal node "

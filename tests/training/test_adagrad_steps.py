@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
+from cortex_tvm import dot_bf16
+from cortex_tvm.target import host_features
 
 torch = pytest.importorskip("torch")
 
@@ -60,16 +62,40 @@ def test_twenty_adagrad_steps_match_the_reference(sst):
     np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=0)
 
 
-def test_the_training_example_runs_on_the_bundled_trees():
+def _example(*options):
+    """(returncode, stdout, stderr, [each epoch's loss]) of examples/train_sst.py on 60 bundled trees."""
     env = dict(os.environ, TVM_NUM_THREADS="2")
     proc = subprocess.run([sys.executable, EXAMPLE, "--hidden", "16", "--embed", "16", "--epochs", "2",
-                           "--max-trees", "60", "--batch", "10"], capture_output=True, text=True, env=env,
+                           "--max-trees", "60", "--batch", "10", *options], capture_output=True, text=True, env=env,
                           timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     epochs = [line for line in proc.stdout.splitlines() if line.startswith("epoch")]
+    return proc, epochs, [float(e.split("loss ")[1].split(",")[0]) for e in epochs]
+
+
+@pytest.fixture(scope="module")
+def float32_example():
+    return _example()
+
+
+def test_the_training_example_runs_on_the_bundled_trees(float32_example):
+    proc, epochs, loss = float32_example
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(epochs) == 2 and all("trees/s" in e and "test accuracy" in e and "peak RSS" in e
                                     for e in epochs), proc.stdout
     assert "keeps 7 vectors of h per internal node and 5 per leaf" in proc.stdout
-    loss = [float(e.split("loss ")[1].split(",")[0]) for e in epochs]
     assert loss[1] < loss[0], epochs
     assert "batches, loss" in proc.stderr                     # the progress bar
+
+
+def test_the_training_example_trains_in_bf16_or_says_why_not(float32_example):
+    """--precision bf16: on a CPU with AVX512_BF16 the same epochs, their losses within bf16's
+    rounding of float32's; on one without, exit status 2 and a message naming the feature."""
+    proc, epochs, loss = _example("--precision", "bf16")
+    if dot_bf16.FEATURE not in host_features():
+        assert proc.returncode == 2 and "avx512bf16" in proc.stderr and not epochs, proc.stderr[-3000:]
+        return
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "x=16 (bf16)" in proc.stdout and len(epochs) == 2, proc.stdout
+    assert loss[1] < loss[0], epochs
+    reference = float32_example[2]
+    assert np.allclose(loss, reference, rtol=2e-2), (loss, reference)
