@@ -59,6 +59,8 @@ def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, 
     `axes`: out's, in its order; `tiled`/`inner`: the row and the vector axis, (var, extent);
     `others`: out's remaining axes; `width`: columns of a register tile; `shares`: cores.
     pairs: bfloat16 products on `vdpbf16ps` (`lanes` must be its 16)."""
+    if pairs and lanes != LANES:            # (the callers ask `adjoint_bf16.takes_pairs` first)
+        raise ValueError(f"emit_packed: pairs take vectors of {LANES} float32 lanes (vdpbf16ps'), not {lanes}")
     form = _Pairs(width) if pairs else _Float32(lanes)
     extent, columns_extent = int(tiled[1]), int(inner[1])
     by_column = [a for a in others if uses(columns, a[0])]

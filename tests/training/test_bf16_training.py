@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import cortex_tvm as ct
-from cortex_tvm import adjoint_kernel, dot_bf16, lower
+from cortex_tvm import adjoint_kernel, adjoint_packed, dot_bf16, lower
 from cortex_tvm.stage_numpy import StageNumpy
 from cortex_tvm.target import host_features
 
@@ -32,6 +32,13 @@ needs_bf16_cpu = pytest.mark.skipif(
     dot_bf16.FEATURE not in host_features(),
     reason="runs vdpbf16ps: this CPU has no AVX512_BF16 (Intel Cooper Lake / Sapphire Rapids or AMD Zen 4 "
            "and later); the IR test still ran")
+
+
+def test_the_packed_sums_take_pairs_only_in_vdpbf16ps_vectors():
+    """`adjoint_packed.emit_packed` on pairs with AVX2's 8 lanes: refused before it emits anything."""
+    with pytest.raises(ValueError, match="pairs take vectors of 16 float32 lanes"):
+        adjoint_packed.emit_packed(None, None, None, None, None, [], [], None, 1, lanes=8, width=8, shares=1,
+                                   pairs=True)
 
 
 def _calls_by_operand(text) -> dict:

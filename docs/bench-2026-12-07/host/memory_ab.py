@@ -2,7 +2,11 @@
 # compute wrong gradients; only their time is of use).  Paired: each round runs every arm for 20 steps, in turn, in one
 # process; medians per arm.  From the repo root: ROUNDS=14 PYTHONPATH=python python memory_ab.py bf16
 # The arms of memory_ab.txt's first two runs ("no check_rows", "no d_state zero", "states empty", "all four") were this
-# script with arms = ["base", "no check_rows", "no all_finite", "no d_state zero", "states empty", "all four"].
+# script with arms = ["base", "no check_rows", "no all_finite", "no d_state zero", "states empty", "all four"]; run 3's
+# ["base", "no all_finite", "blas ctx noop", "blas 1 for good"] ("blas ctx noop": Wm.single_threaded_blas =
+# adjoint.single_threaded_blas = contextlib.nullcontext); run 5's ["base", "no all_finite", "no weight checks",
+# "no check_rows", "no d_state zero"] ("no weight checks": runtime.checked_weights called with every weight in
+# rows_later, so that it checks no values).
 # paired A/B: each round runs every arm for K steps, in turn; prints median per-step ms per arm
 import os, sys, time, collections
 os.environ.setdefault("TVM_NUM_THREADS", "2"); os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
