@@ -29,7 +29,7 @@ from . import ra
 from .adjoint_nest import POSITION, ROW, emit_nest, splits_columns
 from .adjoint_runs import in_segments, runs
 from .stage_numpy import sblocks
-from .tir_builder import as_list, row_elements, uses
+from .tir_builder import as_list, row_elements, uses, var_dtype
 
 
 class Unsupported(Exception):
@@ -139,14 +139,18 @@ class StageEmitter:
     def gather_input(self, block, load):
         """The node input (`ra.NodeInput`) through which `load` reads its weight's rows when it
         has the form ``weight[input[offset + n], a, b, ..]`` (the rest plain axes over whole
-        dimensions), else None."""
+        dimensions; an input some nodes lack, `NodeInput.missing`, clamped as `NodeInput.index`
+        clamps it: `adjoint_kernel.gathered_row`), else None."""
         weight = self.weight_of(load.source)
         first = load.indices[0] if load.indices else None
+        clamped = isinstance(first, tirx.Min) and isinstance(first.b, tirx.IntImm)
+        first, last = (first.a, int(first.b.value)) if clamped else (first, None)
         if weight is None or not isinstance(first, tvm.ir.TensorLoad) or len(first.indices) != 1:
             return None
         node_input = next((k for k, b in self.stage.placeholders.items()
                            if isinstance(k, ra.NodeInput) and b.same_as(first.source)), None)
-        if node_input is None or node_input.missing is not None:
+        if node_input is None or (node_input.missing is not None) != clamped or \
+                (clamped and (last != node_input.bound - 1 or last >= int(weight.shape[0]))):
             return None
         at, offset, position = first.indices[0], self.stage.offset, block.position
         if not (isinstance(at, tirx.Add) and ((at.a.same_as(offset) and at.b.same_as(position))
@@ -276,13 +280,13 @@ class StageEmitter:
             yield from self.partials(e.a, coeff / e.b)
             yield from self.partials(e.b, -coeff * e.a / (e.b * e.b))
         elif isinstance(e, (tirx.Max, tirx.Min)):
-            zero = tirx.const(0.0, coeff.dtype)
+            zero = tirx.const(0.0, var_dtype(coeff))
             pick_a = e.a >= e.b if isinstance(e, tirx.Max) else e.a <= e.b
             yield from self.partials(e.a, tirx.Select(pick_a, coeff, zero))
             yield from self.partials(e.b, tirx.Select(pick_a, zero, coeff))
-        elif isinstance(e, tirx.Select) or (isinstance(e, tvm.ir.Call) and e.op.name == "tirx.if_then_else"):
+        elif isinstance(e, tirx.Select) or (isinstance(e, tvm.ir.Call) and e.op.name.endswith(".if_then_else")):
             cond, then, other = (e.condition, e.true_value, e.false_value) if isinstance(e, tirx.Select) else e.args
-            zero = tirx.const(0.0, coeff.dtype)
+            zero = tirx.const(0.0, var_dtype(coeff))
             yield from self.partials(then, tirx.Select(cond, coeff, zero))
             yield from self.partials(other, tirx.Select(cond, zero, coeff))
         elif isinstance(e, tvm.ir.Call) and e.op.name in _CALL_RULES:

@@ -163,12 +163,13 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
                     Tb.buffer_store(out, acc[0], index)
 
 
-def emit_add_rows(grad, rows, by, offset, count):
+def emit_add_rows(grad, rows, by, offset, count, last=None):
     """grad[by[offset + n], ...] += rows[n, ...] for n in range(count), in order: one block,
-    each thread its own elements of a row, so no two threads write one element."""
+    each thread its own elements of a row, so no two threads write one element; with `last`, at
+    row min(by[offset + n], last) (`adjoint_kernel.gathered_row`)."""
     def add(ix):
         with Tb.serial(0, count) as n:
-            at = by[offset + n]
+            at = by[offset + n] if last is None else tirx.min(by[offset + n], last)
             Tb.buffer_store(grad, grad[[at] + ix] + rows[[n] + ix], [at] + ix)
     with Tb.thread_binding(0, 1, "blockIdx.x"):
         thread_elements([int(d) for d in grad.shape[1:]], add)

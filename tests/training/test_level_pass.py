@@ -15,11 +15,11 @@ import pytest
 import tvm
 
 import cortex_tvm as ct
-from cortex_tvm import adjoint_kernel, adjoint_pass, lower
+from cortex_tvm import adjoint_kernel, adjoint_pass, lower, ra
 from cortex_tvm.adjoint import Adjoint
 from cortex_tvm.adjoint_copies import Transposed, Widened
 from cortex_tvm.adjoint_emit import Unsupported
-from cortex_tvm.stage_numpy import StageNumpy
+from cortex_tvm.stage_numpy import StageNumpy, loads
 from cortex_tvm.target import make_target
 
 from .ir_text import after_transposes
@@ -287,6 +287,28 @@ def test_the_level_pass_ir():
     assert "T.min(v_" not in recompute + levels               # no node clamped, none computed twice
 
 
+def test_words_inner_nodes_may_lack_are_gathered_at_the_clamped_row():
+    """ChildSumTreeLSTM reads `emb[min(word, V-1)]` at every node, under `if_then_else(word != V, ..,
+    0)` at inner nodes (`NodeInput.missing`): both stages' reads are gathered by the compiled pass
+    and added into emb's gradient at the clamped row (a word-less node adds zeros at row V-1), no
+    block is left to the numpy weight pass, and the gradients equal numpy's
+    (`test_compiled_level_pass_equals_numpy`)."""
+    V = 30
+    model = ct.models.ChildSumTreeLSTM(hidden_size=H, vocab_size=V)
+    adjoint = Adjoint(model.program, model.linearize, make_target("llvm"))
+    level_pass = adjoint.level_pass
+    assert level_pass is not None, adjoint.level_pass_note
+    assert sorted((p[1], p[3].name) for p in level_pass.params if p[0] == "gathered") == [
+        ("internal", "emb"), ("leaf", "emb")]
+    for name, stage in adjoint.stages.items():       # every block with a weight read is the pass's
+        reading = {block.name for block in stage.blocks
+                   if any(isinstance(stage.placeholder_of.get(ld.source), ra.Weight) for ld in loads(block.body))}
+        assert reading and reading <= {key.split("#")[0] for key in level_pass.weight_blocks[name]}, name
+    func, _ = level_pass.build("backward", True)
+    text = func.script()
+    assert len(re.findall(rf"T.let\[T.int32\] = T.min\(word\[level_offsets\[\w+\] \+ v_\d+\], {V - 1}\)", text)) == 2
+
+
 def test_numpy_pass_without_a_target():
     model = ct.models.TreeFC(hidden_size=4, vocab_size=10)
     adjoint = Adjoint(model.program, model.linearize)
@@ -329,12 +351,12 @@ def test_a_weight_sum_is_written_into_its_gradient(sst):
     """A weight read alike by every node of one stage, summed by the pass over all of them, that no
     other read sums into (TreeLSTM's four) is its gradient as it stands (`LevelPass.in_place`):
     the pass writes the gradient array itself, which the pool hands out unzeroed (`Recycled.empty`);
-    a weight two stages read (ChildSum's biases) is summed apart and added.  With the pool's arrays
+    a weight two stages read (ChildSum's W_iou and biases) is summed apart and added.  With the pool's arrays
     poisoned (NaN) between two calls on one batch, every gradient comes back as the first time:
     each in-place sum writes every element, and the others are zeroed first."""
     trees, vocab = sst
     for name, in_place, added in (("treelstm", {"W", "bW", "U", "bU"}, set()),
-                                  ("childsum", {"U_iou", "W_iou", "U_f", "W_f", "bU_f", "b_f"}, {"b_iou", "bU_iou"})):
+                                  ("childsum", {"U_iou", "U_f", "W_f", "bU_f", "b_f"}, {"b_iou", "bU_iou", "W_iou"})):
         model = ct.models.BY_NAME[name](hidden_size=H, vocab_size=len(vocab))
         compiled = model.compile(training=True)
         level_pass = compiled.adjoint.level_pass
