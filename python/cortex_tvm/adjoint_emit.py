@@ -140,7 +140,7 @@ class StageEmitter:
         """The node input (`ra.NodeInput`) through which `load` reads its weight's rows when it
         has the form ``weight[input[offset + n], a, b, ..]`` (the rest plain axes over whole
         dimensions; an input some nodes lack, `NodeInput.missing`, clamped as `NodeInput.index`
-        clamps it: `adjoint_kernel.gathered_row`), else None."""
+        clamps it, to `NodeInput.last_row`), else None."""
         weight = self.weight_of(load.source)
         first = load.indices[0] if load.indices else None
         clamped = isinstance(first, tirx.Min) and isinstance(first.b, tirx.IntImm)
@@ -149,8 +149,7 @@ class StageEmitter:
             return None
         node_input = next((k for k, b in self.stage.placeholders.items()
                            if isinstance(k, ra.NodeInput) and b.same_as(first.source)), None)
-        if node_input is None or (node_input.missing is not None) != clamped or \
-                (clamped and (last != node_input.bound - 1 or last >= int(weight.shape[0]))):
+        if node_input is None or last != node_input.last_row or (clamped and last >= int(weight.shape[0])):
             return None
         at, offset, position = first.indices[0], self.stage.offset, block.position
         if not (isinstance(at, tirx.Add) and ((at.a.same_as(offset) and at.b.same_as(position))

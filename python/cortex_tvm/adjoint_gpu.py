@@ -166,7 +166,7 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
 def emit_add_rows(grad, rows, by, offset, count, last=None):
     """grad[by[offset + n], ...] += rows[n, ...] for n in range(count), in order: one block,
     each thread its own elements of a row, so no two threads write one element; with `last`, at
-    row min(by[offset + n], last) (`adjoint_kernel.gathered_row`)."""
+    row min(by[offset + n], last) (`ra.NodeInput.last_row`)."""
     def add(ix):
         with Tb.serial(0, count) as n:
             at = by[offset + n] if last is None else tirx.min(by[offset + n], last)

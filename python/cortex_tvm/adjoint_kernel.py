@@ -253,7 +253,7 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
                     for index, (block, load, node_input) in enumerate(emitters[name].gathered):
                         weight = emitters[name].weight_of(load.source)
                         add_rows(dense[weight], per_stage[name]["gathered"][index], inputs[node_input],
-                                 *nodes_of[name], last=gathered_row(node_input))
+                                 *nodes_of[name], last=node_input.last_row)
     return fast_math.rewrite(ib.get()), params
 
 
@@ -284,15 +284,9 @@ def _emit_repeated_leaves(arrays: dict, sources, first_repeat, count, lanes, cop
             row_elements([int(d) for d in rows.shape[1:]], lanes, element)
 
 
-def gathered_row(node_input):
-    """The last row a read through `node_input` may take, where the read clamps to it (an input
-    some nodes lack, `ra.NodeInput.index`: the marker of "none here" is past the rows), else None."""
-    return None if node_input.missing is None else node_input.bound - 1
-
-
 def _emit_add_rows(grad, rows, by, offset, count, lanes, last=None):
     """grad[by[offset + n], ...] += rows[n, ...] for n in range(count), in order; with `last`, at
-    row min(by[offset + n], last), where the forward read (`gathered_row`)."""
+    row min(by[offset + n], last), where the forward read (`ra.NodeInput.last_row`)."""
     with Tb.serial(0, count) as n:
         at = Tb.bind(by[offset + n] if last is None else tirx.min(by[offset + n], last))
         row_elements([int(d) for d in grad.shape[1:]], lanes,

@@ -143,7 +143,12 @@ class NodeInput:
     def index(self, n):
         """The value at node `n`, safe to index with: clamped to [0, bound) where it may be missing
         (the marker is out of range), as is otherwise (so non-optional programs are unchanged)."""
-        return self[n] if self.missing is None else tirx.min(self[n], self.bound - 1)
+        return self[n] if self.missing is None else tirx.min(self[n], self.last_row)
+
+    @property
+    def last_row(self):
+        """The row `index` clamps to where the input may be missing (bound - 1), else None."""
+        return None if self.missing is None else self.bound - 1
 
     def present(self, n):
         """True where node `n` has this input (always true at a leaf)."""
