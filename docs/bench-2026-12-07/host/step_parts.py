@@ -4,14 +4,13 @@
 # From the repo root: B=1 H=16 X=16 PYTHONPATH=python python step_parts.py fp32|bf16   (B, H, X default 1, 16, 16)
 import os, sys, time, collections
 os.environ.setdefault("TVM_NUM_THREADS", "2"); os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-import numpy as np, torch
-import cortex_tvm as ct
-from cortex_tvm import adjoint, adjoint_pass, runtime, torch_interop, optim, call_args
-torch.set_num_threads(2)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import torch
+from cortex_tvm import adjoint, adjoint_pass, runtime, optim, call_args
+from step_setup import training_step
 B = int(os.environ.get("B", 1)); H = int(os.environ.get("H", 16)); X = int(os.environ.get("X", 16))
-trees, vocab = ct.data.sst_sample()
-model = ct.models.TreeLSTM(hidden_size=H, vocab_size=len(vocab), seed=0, embed_size=X)
-compiled = model.compile(training=True, precision=sys.argv[1])
+setup = training_step("treelstm", B, H, X, sys.argv[1])
+compiled, m, opt, R, batches = setup.compiled, setup.module, setup.opt, setup.R, setup.batches
 lp = compiled.adjoint.level_pass
 T = collections.defaultdict(float)
 def wrap(owner, name, label=None):
@@ -25,7 +24,6 @@ for key, fn in list(lp._functions.items()):
     def timed(*a, fn=fn, key=key):
         t = time.perf_counter(); r = fn(*a); T["kernel " + key[0]] += time.perf_counter() - t; return r
     lp._functions[key] = timed
-m = compiled.as_torch(sparse=True)
 RF = [c for c in torch.autograd.Function.__subclasses__() if c.__name__ == "RecursiveFunction"][0]
 wrap(RF, "backward", "RF.backward"); wrap(RF, "forward", "RF.forward")
 wrap(call_args.Pullback, "__call__", "pullback")
@@ -33,18 +31,12 @@ wrap(adjoint.Adjoint, "vjp", "Adjoint.vjp"); wrap(adjoint.Adjoint, "forward", "A
 wrap(adjoint_pass.LevelPass, "__call__", "LevelPass.__call__")
 wrap(type(m), "_sync")
 wrap(runtime.CompiledModel, "vjp", "CompiledModel.vjp")
-params = dict(m.named_parameters())
-rest = [v for k, v in params.items() if k != "emb"]
-opt = ct.optim.Adagrad([{"params": rest, "lr": 0.05, "weight_decay": 1e-4}, {"params": [params["emb"]], "lr": 0.005}], target=compiled.target)
 dense, rows = optim._kernels(opt._target)
 def tk(fn):
     def f(*a):
         t = time.perf_counter(); fn(*a); T["adagrad kernels"] += time.perf_counter() - t
     return f
 optim._BUILT[opt._target] = (tk(dense), tk(rows))
-R = torch.from_numpy(np.random.default_rng(1).standard_normal((B, H)).astype(np.float32))
-rng = np.random.default_rng(0)
-batches = [[trees[i] for i in rng.permutation(len(trees))[:B]] for _ in range(10)]
 N = 400
 for i in range(N + 30):
     if i == 30: T.clear()
