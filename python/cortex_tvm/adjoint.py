@@ -99,16 +99,32 @@ class Adjoint:
         and add their adjoints into its own in the backward; else `lin` itself."""
         return distinct_leaves_first(lin) if self.distinct_leaves else lin
 
+    def lay_out(self, trees, features=None, arrays=None):
+        """The layout `vjp` and `forward` take for the batch `trees` (or for the forest `arrays`,
+        a callable laying it out given distinct_leaves=, `Signature.layout_parents`): one node
+        per slot, with `distinct_leaves` each word's first leaf before the leaves that repeat
+        it, made so at once (`linearize.lay_out_levels`); `layout(self.linearize(trees))`, cheaper."""
+        if arrays is not None:
+            return arrays(distinct_leaves=self.distinct_leaves)
+        return self.linearize(trees, features=features, distinct_leaves=self.distinct_leaves)
+
     def word_rows(self, lin) -> dict:
         """{word table's name: the rows its gradient can be nonzero on for the batch `lin`}: the
         words its nodes read, sorted, once each: the leaves' where only leaves read one, else every
         node's (a node without a word reads the clamped last row)."""
-        if self._leaf_words:             # internal nodes hold 0 there, and read no row
-            words = lin.words[int(lin.level_offsets[0]):int(lin.level_offsets[1])]
-        else:
+        distinct = lin.leaf_words if self._leaf_words else None     # (the layout's, where it found them)
+        if not self._leaf_words:
             words = lin.words[lin.node_slots]
-        return {name: np.unique(np.minimum(words, shape[0] - 1)).astype(np.int64)
-                for name, shape in self.word_tables.items()}
+        elif distinct is None:           # internal nodes hold 0 there, and read no row
+            words = lin.words[int(lin.level_offsets[0]):int(lin.level_offsets[1])]
+        rows = {}
+        for name, shape in self.word_tables.items():
+            if distinct is not None and (not len(distinct) or distinct[-1] < shape[0]):
+                rows[name] = distinct.astype(np.int64)        # (sorted, once each, inside the table)
+            else:
+                rows[name] = np.unique(np.minimum(words if distinct is None else distinct,
+                                                  shape[0] - 1)).astype(np.int64)
+        return rows
 
     def _workspace(self, stage: str) -> dict:
         """This thread's arrays for `stage` (`Level.allocate`)."""
@@ -124,7 +140,14 @@ class Adjoint:
         (until this thread's next `forward` overwrites them)."""
         if self.level_pass is None or not self.level_pass.forward_pays(lin):
             return None
-        states = [np.zeros((lin.num_slots,) + s.shape, np.float32) for s in self.program.states]
+        # (not np.zeros: the pass writes the rows of the states its stages make, each level's, and
+        # the repeated leaves' copies; the null node's and those a stage does not make are zeroed)
+        states = [np.empty((lin.num_slots,) + s.shape, np.float32) for s in self.program.states]
+        for index, rows in enumerate(states):
+            rows[0] = 0
+            for name, (start, end) in _stage_ranges(lin).items():
+                if index not in self.level_pass.state_values[name].values():
+                    rows[start:end] = 0
         self.level_pass(lin, states, weights, None, self._levels(lin, states, weights, None, True), part="forward")
         token = self._held.__dict__["forwarded"] = object()
         return states, token

@@ -96,6 +96,8 @@ class LevelPass:
         Zen 4, 2 threads, in-process A/Bs: the kernel and the recomputation took 1.01-1.16x the
         part's time at batch 1 and 1.24-1.35x at batch 25 (TreeLSTM H = 64, 150, 300, TreeFC,
         TreeGRU; docs/training.md)."""
+        if self.cores <= 2:                 # (always, as above: no pass over the levels)
+            return True
         sizes = np.diff(np.asarray(lin.level_offsets, np.int64))
         busiest = int(np.sum(-(-sizes // self.cores)))
         return busiest * self.cores <= 2 * int(sizes.sum())

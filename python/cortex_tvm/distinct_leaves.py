@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .linearize import Linearized
+from .linearize import Linearized, repeats_last
 
 
 def distinct_leaves_first(lin: Linearized) -> Linearized:
@@ -25,21 +25,17 @@ def distinct_leaves_first(lin: Linearized) -> Linearized:
     leaf that repeats an earlier one's word, in slot order, `leaf_sources` naming the slot of
     the first leaf of its word.  Every other level, and what each node computes, stay as they
     are: children, roots and node_slots follow the leaves to their new slots.  Returns `lin`
-    itself when no word repeats."""
+    itself when no word repeats.  (A layout made so at once, cheaper: `linearize(...,
+    distinct_leaves=True)`, the training pass's, `Adjoint.lay_out`.)"""
     first, end = int(lin.level_offsets[0]), int(lin.level_offsets[1])
-    words = lin.words[first:end]
-    _, first_of_word, word_of_leaf = np.unique(words, return_index=True, return_inverse=True)
-    if len(first_of_word) == len(words):
+    order, sources, distinct = repeats_last(lin.words[first:end])
+    if order is None:
         return lin
-    is_first = np.zeros(len(words), bool)
-    is_first[first_of_word] = True
-    order = np.concatenate((np.flatnonzero(is_first), np.flatnonzero(~is_first)))   # new position -> old
     new_slot = np.arange(lin.num_slots, dtype=np.int32)                             # old slot -> new
     new_slot[first + order] = np.arange(first, end, dtype=np.int32)
     by_slot = np.arange(lin.num_slots)                                               # new slot -> old
     by_slot[first:end] = first + order
     # (slot 0, the null node that missing children point at, keeps its place)
-    repeats = order[len(first_of_word):]
     return replace(
         lin,
         children=new_slot.take(lin.children.take(by_slot, axis=0)),
@@ -48,7 +44,8 @@ def distinct_leaves_first(lin: Linearized) -> Linearized:
         roots=new_slot.take(lin.roots),
         node_slots=new_slot.take(lin.node_slots),
         features=None if lin.features is None else lin.features.take(by_slot, axis=0),
-        leaf_sources=new_slot.take(first + first_of_word[word_of_leaf[repeats]]).astype(np.int32),
+        leaf_sources=new_slot.take(first + sources).astype(np.int32),
+        leaf_words=distinct,
     )
 
 

@@ -57,6 +57,9 @@ class Linearized:
     #: whose slot each one names (`distinct_leaves.distinct_leaves_first`; the backward computes
     #: a word's leaf once)
     leaf_sources: np.ndarray | None = None
+    #: (W,) the words of level 0 once each, sorted, where the layout lists repeats last (as
+    #: leaf_sources), else None: the rows of an embedding's gradient that its leaves can touch
+    leaf_words: np.ndarray | None = None
 
     @property
     def num_slots(self) -> int:
@@ -146,7 +149,7 @@ def _one_node_per_level(heights: np.ndarray) -> np.ndarray:
 
 def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
               batching: bool = True, allow_shared: bool = False, no_word=None,
-              unroll: tuple | None = None) -> Linearized:
+              unroll: tuple | None = None, distinct_leaves: bool = False) -> Linearized:
     """Lay out a batch of trees in level order; see :class:`Linearized`.
 
     Within a level, nodes keep batch order and then post-order; each level's
@@ -171,10 +174,15 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
     ``unroll=(depth, chunks)`` lays the batch out for recursive unrolling
     (``unrolled_levels``): levels are (step, chunk, phase) triples, every
     internal node in the step and chunk of its group; a DAG raises ValueError.
+
+    ``distinct_leaves=True`` (pad 1, no unroll) lists each word's first leaf before the leaves
+    that repeat its word (``lay_out_levels``): the training pass's layout.
     """
     _check_args(trees, max_children, pad, vocab_size, no_word)
     if unroll is not None and (len(unroll) != 2 or not all(_is_int(v) and v >= 1 for v in unroll)):
         raise ValueError(f"unroll must be (depth, chunks), two positive ints, got {unroll!r}")
+    if distinct_leaves and unroll is not None and unroll[0] > 1:
+        raise ValueError("distinct_leaves: a layout by level (the training pass's), not an unrolled one")
     epoch = current_epoch()
     heights, tables, tree_sizes, root_index, flats = [], [], [], [], []
     num_nodes = 0
@@ -207,11 +215,11 @@ def linearize(trees, max_children: int, *, pad: int = 1, vocab_size=None,
         heights = _one_node_per_level(heights)
     table = np.concatenate(tables, axis=1)
     return lay_out_levels(heights, table, np.array(root_index), tree_sizes, max_children, pad, no_word,
-                          num_levels)
+                          num_levels, distinct_leaves=distinct_leaves)
 
 
 def lay_out_levels(heights, table, root_index, tree_sizes, max_children: int, pad: int, no_word,
-                   num_levels: int = 0, node_order=None) -> Linearized:
+                   num_levels: int = 0, node_order=None, distinct_leaves: bool = False) -> Linearized:
     """The layout shared by `linearize` and `linearize_arrays.linearize_parents`: level sizes,
     padding, slot order, the children table and the words, from the batch's nodes in *node
     order* (trees in batch order, each in post-order).
@@ -221,6 +229,9 @@ def lay_out_levels(heights, table, root_index, tree_sizes, max_children: int, pa
     NO_CHILD) with the sentinel column last; ``root_index``: each tree's root in node order.
     Within a level, slots follow node order.  ``node_order``: the node-order position of every
     node in the caller's own order, which ``node_slots`` then follows (default: node order).
+    ``distinct_leaves`` (pad 1): level 0 lists each word's first leaf, then the leaves that
+    repeat a word (`repeats_last`; ``leaf_sources`` and ``leaf_words`` say which), the layout
+    `distinct_leaves.distinct_leaves_first` makes of a plain one, without a pass over its arrays.
     """
     num_nodes = len(heights)
     # Level sizes, padded, give each level's slot range.
@@ -235,6 +246,17 @@ def lay_out_levels(heights, table, root_index, tree_sizes, max_children: int, pa
     # A stable sort by height lists the nodes in slot order; unless pad is 1,
     # each level's run is shifted by the padding added before it.
     level_order = heights.argsort(kind="stable").astype(np.int32)
+    repeats = None
+    if distinct_leaves:
+        if pad != 1:
+            raise ValueError(f"distinct_leaves: a layout of pad 1 (one node per slot), got pad {pad}")
+        leaves = level_order[:level_counts[0] if len(level_counts) else 0].copy()     # (node order)
+        leaf_words = table[0].take(leaves)
+        leaf_words[leaf_words == _NO_WORD] = 0 if no_word is None else no_word
+        order, sources, distinct = repeats_last(leaf_words)
+        if order is not None:
+            level_order[:len(leaves)] = leaves[order]
+            repeats = (leaves[sources], distinct)
     if pad == 1:
         sorted_slots = np.arange(1, num_nodes + 1, dtype=np.int32)
         node_in_slot = np.empty(num_slots, dtype=np.int32)
@@ -273,7 +295,27 @@ def lay_out_levels(heights, table, root_index, tree_sizes, max_children: int, pa
         roots=slot_of_node[root_index],
         node_slots=slot_of_node[:num_nodes] if node_order is None else slot_of_node.take(node_order),
         tree_sizes=np.array(tree_sizes, dtype=np.int32),
+        leaf_sources=None if repeats is None else slot_of_node.take(repeats[0]),
+        leaf_words=None if repeats is None else repeats[1],
     )
+
+
+def repeats_last(words: np.ndarray) -> tuple:
+    """(order, sources, distinct) for leaves reading `words`, in slot order: `order`, the leaves'
+    positions with each word's first leaf first, in slot order, then every leaf that repeats an
+    earlier one's word, in slot order; `sources`, for each repeat (order's tail), the position
+    of its word's first leaf; `distinct`, the words once each, sorted.  order and sources are
+    None where no word repeats.  Both layouts use it: `lay_out_levels` as it sorts the nodes
+    into slots, `distinct_leaves.distinct_leaves_first` on a layout already made.
+
+    Example: words [7, 3, 7, 7, 3, 9] -> order [0, 1, 5, 2, 3, 4], sources [0, 0, 1], distinct [3, 7, 9]."""
+    distinct, first_of_word, word_of_leaf = np.unique(words, return_index=True, return_inverse=True)
+    if len(first_of_word) == len(words):
+        return None, None, distinct
+    is_first = np.zeros(len(words), bool)
+    is_first[first_of_word] = True
+    order = np.concatenate((np.flatnonzero(is_first), np.flatnonzero(~is_first)))
+    return order, first_of_word[word_of_leaf[order[len(first_of_word):]]], distinct
 
 
 def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=None, node_tile: int = 1,

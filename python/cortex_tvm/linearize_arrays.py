@@ -151,7 +151,8 @@ def forest_order(parents, words, max_children: int, vocab_size=None, no_word=Non
 
 
 def linearize_parents(parents, words, max_children: int, *, pad: int = 1, vocab_size=None,
-                      batching: bool = True, no_word=None, unroll: tuple | None = None) -> Linearized:
+                      batching: bool = True, no_word=None, unroll: tuple | None = None,
+                      distinct_leaves: bool = False) -> Linearized:
     """Lay out the forest whose node i has parent ``parents[i]`` (-1 at a root) and word
     ``words[i]`` (-1, or any negative, where it has none), as ``linearize`` lays out
     ``data.from_parents(parents, words)``; see the module doc.
@@ -160,6 +161,7 @@ def linearize_parents(parents, words, max_children: int, *, pad: int = 1, vocab_
     ``vocab_size``, ``batching`` and ``no_word`` mean what they mean for ``linearize``.
     ``unroll=(depth, chunks)`` (recursive unrolling) validates here, then lays the trees out
     through ``data.from_parents`` and ``linearize``; ``node_slots`` still follows node order.
+    ``distinct_leaves``: as ``linearize``'s (not with unroll).
     Raises ValueError naming the node: parents not a 1-D integer array, a parent out of
     range, a cycle, too many children, a leaf without a word, a word outside the vocabulary,
     a word on an inner node when ``no_word`` is None, words of the wrong length, no nodes.
@@ -169,9 +171,9 @@ def linearize_parents(parents, words, max_children: int, *, pad: int = 1, vocab_
                                                                 no_word)
     if unroll is not None and tuple(unroll)[:1] != (1,):
         lin = linearize(from_parents(parents, words), max_children, pad=pad, vocab_size=vocab_size,
-                        batching=batching, no_word=no_word, unroll=unroll)
+                        batching=batching, no_word=no_word, unroll=unroll, distinct_leaves=distinct_leaves)
         return replace(lin, node_slots=lin.node_slots.take(post))
     if not batching:
         heights = _one_node_per_level(heights)
     return lay_out_levels(heights, table, root_index, tree_sizes, max_children, pad, no_word,
-                          node_order=post)
+                          node_order=post, distinct_leaves=distinct_leaves)

@@ -27,6 +27,7 @@ that names the parameter, never a read outside it.
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -130,6 +131,8 @@ class Adagrad(torch.optim.Adagrad):
         super().__init__(params, lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                          initial_accumulator_value=initial_accumulator_value, eps=eps)
         self._target = None if target is None else _cpu_target(target)
+        #: parameter -> (what its memory and its sum's were when checked, their views): `_memory`
+        self._checked = {}
         _kernels(self._target)          # built now, not in the first step
 
     @torch.no_grad()
@@ -141,33 +144,33 @@ class Adagrad(torch.optim.Adagrad):
             with torch.enable_grad():
                 loss = closure()
         dense, rows = _kernels(self._target)
-        updates = []
+        updates, steps = [], []
         for number, group in enumerate(self.param_groups):
             for index, param in enumerate(group["params"]):
-                if param.grad is None:
+                grad = param.grad
+                if grad is None:
                     continue
-                where = f"cortex_tvm.optim.Adagrad: parameter {index} of group {number}"
                 state = self.state[param]
-                _check_dense(param, where)
-                _check_dense(state["sum"], where + "'s sum", param.shape)
-                if param.grad.is_sparse:
+                held = self._memory(param, state["sum"], number, index)
+                if grad.is_sparse:
                     if group["weight_decay"] != 0:
-                        raise ValueError(where + ": a sparse gradient takes no weight_decay (as torch.optim.Adagrad); "
-                                         "put the parameter in a group with weight_decay=0")
-                    found, values = _sparse_rows(param.grad, param, where)
+                        raise ValueError(_where(number, index) + ": a sparse gradient takes no weight_decay (as "
+                                         "torch.optim.Adagrad); put the parameter in a group with weight_decay=0")
+                    found, values = _sparse_rows(grad, param, number, index)
                     updates.append((group, param, rows if len(found) else None,     # (TVM takes no empty array)
-                                    (_flat_rows(param), _flat_rows(state["sum"]), found, values), (group["eps"],)))
+                                    (held[1], held[2], found, values), (group["eps"],)))
                 else:
-                    _check_dense(param.grad, where + "'s gradient", param.shape)
-                    flat = [t.detach().view(-1) for t in (param, param.grad, state["sum"])]
-                    updates.append((group, param, dense, flat, (group["weight_decay"], group["eps"])))
-        steps = [self.state[param]["step"] for _, param, *_ in updates]
+                    _check_dense(grad, number, index, "'s gradient", param.shape)
+                    updates.append((group, param, dense, (held[3], grad.view(-1), held[4]),
+                                    (group["weight_decay"], group["eps"])))
+                steps.append(state["step"])
         if steps:                           # (one op for all, as torch's foreach path)
             torch._foreach_add_(steps, 1)
         changed = []
         try:
             for (group, param, kernel, arrays, options), step in zip(updates, steps):
-                clr = group["lr"] / (1 + (float(step) - 1) * group["lr_decay"])
+                lr_decay = group["lr_decay"]
+                clr = group["lr"] / (1 + (step.item() - 1) * lr_decay) if lr_decay else group["lr"]
                 if kernel is not None and arrays[0].numel():       # (the step counts, as torch's)
                     kernel(*arrays, clr, *options)
                     changed += (param, self.state[param]["sum"])
@@ -178,6 +181,25 @@ class Adagrad(torch.optim.Adagrad):
             if changed:
                 torch.autograd.graph.increment_version(changed)
         return loss
+
+    def _memory(self, param, sums, number: int, index: int) -> tuple:
+        """(key, param, its sum, param, its sum): the two detached, as (rows, elements per row) views
+        and then flat, checked (`_check_dense`) the first time and again whenever either tensor's
+        memory, shape, strides or dtype changed (`param.data = ...`, `load_state_dict`): a step then
+        checks only the gradients."""
+        key = (param.data_ptr(), sums.data_ptr(), param.dtype, sums.dtype, param.stride(), sums.stride(),
+               param.device, sums.device, param.shape, sums.shape, param.is_sparse, sums.is_sparse)
+        held = self._checked.get(param)
+        if held is None or held[0] != key:
+            _check_dense(param, number, index)
+            _check_dense(sums, number, index, "'s sum", param.shape)
+            held = self._checked[param] = (key, _flat_rows(param), _flat_rows(sums),
+                                           param.detach().view(-1), sums.detach().view(-1))
+        return held
+
+
+def _where(number: int, index: int) -> str:
+    return f"cortex_tvm.optim.Adagrad: parameter {index} of group {number}"
 
 
 def _cpu_target(target) -> str:
@@ -195,15 +217,16 @@ def _cpu_target(target) -> str:
     return str(made)
 
 
-def _check_dense(tensor, where, shape=None):
-    """ValueError unless `tensor` is a dense, contiguous float32 CPU tensor (of `shape`)."""
-    if tensor.is_sparse or tensor.device.type != "cpu" or tensor.dtype != torch.float32:
-        raise ValueError(f"{where}: a float32 CPU tensor is needed, got {tensor.dtype} on {tensor.device}"
-                         f"{' (sparse)' if tensor.is_sparse else ''}")
+def _check_dense(tensor, number: int, index: int, what: str = "", shape=None):
+    """ValueError unless `tensor` (parameter `index` of group `number`, or its `what`) is a dense,
+    contiguous float32 CPU tensor (of `shape`)."""
+    if tensor.is_sparse or tensor.dtype != torch.float32 or tensor.device.type != "cpu":
+        raise ValueError(f"{_where(number, index)}{what}: a float32 CPU tensor is needed, got {tensor.dtype} on "
+                         f"{tensor.device}{' (sparse)' if tensor.is_sparse else ''}")
     if not tensor.is_contiguous():
-        raise ValueError(f"{where}: a contiguous tensor is needed (call .contiguous() on it)")
+        raise ValueError(f"{_where(number, index)}{what}: a contiguous tensor is needed (call .contiguous() on it)")
     if shape is not None and tensor.shape != shape:
-        raise ValueError(f"{where}: shape {tuple(tensor.shape)}, the parameter's is {tuple(shape)}")
+        raise ValueError(f"{_where(number, index)}{what}: shape {tuple(tensor.shape)}, the parameter's is {tuple(shape)}")
 
 
 def _flat_rows(tensor):
@@ -211,22 +234,23 @@ def _flat_rows(tensor):
     return tensor.detach().view(tensor.shape[0], -1)
 
 
-def _sparse_rows(grad, param, where):
+def _sparse_rows(grad, param, number: int, index: int):
     """(rows, values) of a sparse gradient of whole rows of `param`, coalesced: int64 (m,) and
     float32 (m, elements per row) tensors; ValueError unless its rows are rows of `param`."""
     if grad.shape != param.shape or grad.sparse_dim() != 1 or grad.dtype != torch.float32:
-        raise ValueError(f"{where}: a sparse gradient of whole rows is needed (sparse_dim 1, float32, the "
-                         f"parameter's shape {tuple(param.shape)}), got sparse_dim {grad.sparse_dim()}, "
+        raise ValueError(f"{_where(number, index)}: a sparse gradient of whole rows is needed (sparse_dim 1, "
+                         f"float32, the parameter's shape {tuple(param.shape)}), got sparse_dim {grad.sparse_dim()}, "
                          f"{grad.dtype}, {tuple(grad.shape)}")
     found = grad._indices()[0].numpy()
-    if not grad.is_coalesced() and np.any(found[1:] <= found[:-1]):
+    disordered = len(found) > 1 and bool((found[1:] <= found[:-1]).any())
+    if disordered and not grad.is_coalesced():
         # (as torch.optim.Adagrad: a repeated row's values summed).  Rows already distinct and sorted
         # need none: autograd drops the flag of the gradient `as_torch` made coalesced, and
         # coalesce() then sorts them again (about 0.1 ms of a step at batch 25)
         grad = grad.coalesce()
-        found = grad._indices()[0].numpy()
-    values = grad._values().reshape(len(found), param[0].numel() if len(param) else 0).contiguous()
-    if len(found) and (found[0] < 0 or found[-1] >= param.shape[0] or np.any(found[1:] <= found[:-1])):
-        raise ValueError(f"{where}: the sparse gradient's rows must be distinct, sorted and inside "
+        found, disordered = grad._indices()[0].numpy(), False
+    if disordered or len(found) and (found[0] < 0 or found[-1] >= param.shape[0]):
+        raise ValueError(f"{_where(number, index)}: the sparse gradient's rows must be distinct, sorted and inside "
                          f"[0, {param.shape[0]}) (a coalesced tensor's); got {found.min()}..{found.max()}")
+    values = grad._values().reshape(len(found), math.prod(param.shape[1:])).contiguous()
     return torch.from_numpy(np.ascontiguousarray(found, np.int64)), values

@@ -7,14 +7,14 @@ import time
 import numpy as np
 import tvm
 
-from . import export as _export, linearize as _linearize, torch_interop
+from . import export as _export, linearize as _linearize, torch_interop, vjp as _vjp
 from .integrity import cannot_run_here, source_of  # noqa: F401 (compiler and tests import cannot_run_here here)
 # ALIGN, aligned and model_weight_arrays: re-exported, tests read them here
 from .kernel_args import ALIGN, aligned, aligned_empty, kernel_weights, launch, model_weight_arrays  # noqa: F401
-from .call_args import NO_TREES, Pullback, adjoint_array, one_input
+from .call_args import NO_TREES, one_input
 from .node_features import check_slot_rows
 from .plan import CHECK_FUNC, kernel_names
-from .weights import check_rows, checked_weights, pad_blocks
+from .weights import check_finite, check_rows, checked_weights, pad_blocks
 
 _INT32 = np.dtype(np.int32)
 
@@ -301,6 +301,23 @@ class CompiledModel:
         self.transform_seconds = time.perf_counter() - start
         return self
 
+    def weights_changed(self, names=None) -> "CompiledModel":
+        """A training model's weights given with `load_weights(copy=False)` were changed in place (an
+        optimizer's step): check `names` (all by default) finite again, and make the padding and
+        the transforms at the kernel's next run, as `load_weights` would without taking the arrays
+        again (`as_torch` calls this where its parameters kept their memory).  Returns self."""
+        start = time.perf_counter()
+        if self.adjoint is None:
+            raise ValueError("weights_changed: for a model compiled with training=True (load_weights otherwise)")
+        user, later = self.training_weights, frozenset(self.adjoint.word_tables)
+        for name in user if names is None else names:
+            if name not in later:
+                check_finite(name, user[name], "weights_changed")
+        with self._upload_lock:
+            self._pending, self._weights, self._rows_unchecked = user, None, later
+        self.transform_seconds = time.perf_counter() - start
+        return self
+
     def vjp(self, trees=NO_TREES, all_nodes: bool = False, *, parents=None, words=None, features=None):
         """The forward on `trees` and its pullback: ``out, vjp = compiled.vjp(trees)``, then
         ``grads = vjp(d_out)`` maps every weight's name to the gradient of sum(d_out * out) with
@@ -318,56 +335,7 @@ class CompiledModel:
         kernel's.  Needs compile(training=True).  ``vjp.word_rows``: each embedding table's
         (`adjoint.word_tables`) rows its gradient can be nonzero on (the batch's words, sorted);
         ``vjp(d_out, word_rows=True)`` gives those rows of its gradient only."""
-        if self.adjoint is None:
-            raise ValueError("vjp: this model has no backward pass: compile it with training=True "
-                             "(model.compile(training=True) or ct.compile(..., training=True)); a model "
-                             "loaded from an export has none")
-        one_input(trees, parents, words, "vjp: ")
-        arrays = parents is not None
-        # one node per slot, level by level
-        plain = self.adjoint.layout(
-            self.signature.layout_parents(parents, words, 1, True, self._vocab_bound, features=features)
-            if arrays else self.adjoint.linearize(trees, features=features))
-        batch_rows = self.adjoint.word_rows(plain) if self._rows_unchecked else None     # (`load_weights`
-        check_rows(self.training_weights, batch_rows, "vjp", self._rows_unchecked)     # left them to a batch)
-        forwarded = self.adjoint.forward(plain, self.training_weights)
-        if forwarded is not None:       # the backward's own forward, which keeps what it needs
-            saved, token = forwarded
-        else:                           # the kernel's states, moved to the backward's layout
-            lin = (self.linearize_parents(parents, words, features) if arrays
-                   else self.linearize(trees, features))
-            token = None
-            _, states = self.run(lin, check=self.bounds_check)
-            saved = []
-            for state, shape in zip(states, self.state_shapes):
-                rows = np.zeros((plain.num_slots,) + shape, np.float32)
-                rows[plain.node_slots] = state[lin.node_slots][(slice(None),) + tuple(slice(0, d) for d in shape)]
-                saved.append(rows)
-        if all_nodes:
-            out = saved[0][plain.node_slots]
-            if not arrays:
-                out = np.split(out, np.cumsum(plain.tree_sizes)[:-1])
-        else:
-            out = saved[0][plain.roots]
-        weights, adjoint, shape = self.training_weights, self.adjoint, self.state_shapes[0]
-
-        def pullback(d_out, rows):
-            d_states = adjoint.state_adjoints(plain.num_slots)
-            if all_nodes:
-                d_rows = adjoint_array(d_out, (len(plain.node_slots),) + shape, "per-node states", True)
-                d_states[0][plain.node_slots] += d_rows
-            else:
-                d_rows = adjoint_array(d_out, (len(plain.roots),) + shape, "root states", False)
-                np.add.at(d_states[0], plain.roots, d_rows)
-            grads = adjoint.vjp(plain, saved, weights, d_states, forwarded=token, scratch=True,
-                                word_rows=rows)     # (not pullback's: a cycle)
-            # (not grads.get(name, np.zeros_like(w)): that zeroes a copy of every weight, the
-            # embedding table's megabytes included, on every call)
-            out = {name: grads[name] if name in grads else np.zeros_like(w) for name, w in weights.items()}
-            if adjoint.features is not None:       # the features' rows, in the caller's order
-                out[adjoint.features.name] = grads[adjoint.features.name][plain.node_slots]
-            return out
-        return out, Pullback(pullback, adjoint, plain, batch_rows)
+        return _vjp.vjp(self, trees, all_nodes, parents, words, features)
 
     def as_torch(self, sparse: bool = False):
         """This model as a `torch.nn.Module` whose forward(trees) returns a torch.Tensor (DLPack, no copy;

@@ -117,9 +117,10 @@ class KernelSignature:
         return self._with_features(lin, features)
 
     def layout_parents(self, parents, words, node_tile: int, batching: bool, vocab_bound,
-                       unroll=None, features=None) -> _linearize.Linearized:
+                       unroll=None, features=None, distinct_leaves=False) -> _linearize.Linearized:
         """`layout` for a forest given as arrays (`linearize_arrays.linearize_parents`: node i's
-        parent, -1 at a root; node_slots in node order).  ValueError for a DAG kernel."""
+        parent, -1 at a root; node_slots in node order; `distinct_leaves` as its).  ValueError
+        for a DAG kernel."""
         if self.kind == "dag":
             raise ValueError("parents=: a parent array describes a forest (one parent per node), but this "
                              "model computes DAGs (a node shared by several parents); pass its Nodes, e.g. "
@@ -131,7 +132,7 @@ class KernelSignature:
             if words is None:        # no words to give: every node is word 0, which nothing reads
                 words = np.zeros(len(parents) if hasattr(parents, "__len__") else 0, np.int32)
         lin = linearize_parents(parents, words, self.max_children, pad=node_tile, vocab_size=vocab_bound,
-                                batching=batching, no_word=no_word, unroll=unroll)
+                                batching=batching, no_word=no_word, unroll=unroll, distinct_leaves=distinct_leaves)
         return self._with_features(lin, features)
 
     def _check_features_given(self, features) -> None:

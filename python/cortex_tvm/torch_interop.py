@@ -176,25 +176,35 @@ def _module_class():
             for name in self.weight_names:
                 self.register_parameter(name, torch.nn.Parameter(torch.from_numpy(
                     np.array(compiled.training_weights[name], np.float32))))
-            self._seen, self._loaded, self._said_distributed = None, None, False
+            self._seen, self._memory, self._loaded, self._said_distributed = None, None, None, False
             if self.trainable:
                 self._sync()
 
-        def _versions(self):
-            return [(p.data_ptr(), p._version) for p in self._parameters.values()]
-
         def _sync(self):
             """Hand changed parameters (an optimizer step, load_state_dict) to the compiled model,
-            or all of them where it holds another's weights (a second module, a load_weights)."""
-            versions = self._versions()
-            if versions != self._seen or self.compiled.training_weights is not self._loaded:
+            or all of them where it holds another's weights (a second module, a load_weights):
+            where each kept its memory (the same data, shape, strides and dtype, contiguous), the
+            compiled model checks the changed ones again (`weights_changed`); else it takes them anew."""
+            parameters = self._parameters.values()
+            versions = [(p.data_ptr(), p._version) for p in parameters]
+            loaded = self.compiled.training_weights is self._loaded
+            if versions == self._seen and loaded:
+                return
+            memory = [(p.dtype, p.shape, p.stride(), p.is_contiguous()) for p in parameters]
+            # (a contiguous parameter's array in the compiled model is its memory, not a copy)
+            if (loaded and memory == self._memory and all(m[3] for m in memory)
+                    and all(now[0] == then[0] for now, then in zip(versions, self._seen))):
+                self.compiled.weights_changed([name for name, now, then in zip(self.weight_names, versions, self._seen)
+                                               if now != then])
+            else:
                 other = next((name for name, p in self._parameters.items() if p.dtype != torch.float32), None)
                 if other is not None:                   # (module.double(), .half(), .to(dtype))
                     raise TypeError(f"as_torch module: parameter {other!r} is {self._parameters[other].dtype}; the "
                                     "compiled model computes in float32 (module.float() makes it so again)")
                 self.compiled.load_weights(dict(self._parameters), copy=False)
-                self.transform_seconds = self.compiled.transform_seconds
-                self._seen, self._loaded = versions, self.compiled.training_weights
+            # (plain attributes, past nn.Module.__setattr__'s checks for parameters and modules)
+            self.__dict__.update(transform_seconds=self.compiled.transform_seconds, _seen=versions,
+                                 _memory=memory, _loaded=self.compiled.training_weights)
 
         @eager
         def forward(self, trees, all_nodes: bool = False, features=None):

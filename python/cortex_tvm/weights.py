@@ -26,12 +26,19 @@ def to_numpy(name, value):
     return value
 
 
+#: the size below which `all_finite` tests elements (OpenBLAS's dot runs on one thread there anyway)
+SMALL = 4096
+
+
 def all_finite(array: np.ndarray) -> bool:
     """Whether every element is finite.  A float array's dot product with itself is finite
     only if every element is (NaN and infinity propagate), in one pass without numpy's boolean
     temporary (half the time for a 26 MB embedding table in a probe); an overflow of finite values falls
-    back to the element test."""
-    if array.dtype.kind == "f" and array.size:
+    back to the element test.  An array below `SMALL` elements takes the element test at once: the dot's
+    two context managers cost more than it (a bias vector in every training step)."""
+    if array.size < SMALL:
+        return bool(np.isfinite(array).all())
+    if array.dtype.kind == "f":
         flat = array.reshape(-1)
         # one BLAS thread: the pool's would spin on the cores the kernel runs on next (blas_threads)
         with np.errstate(over="ignore", invalid="ignore"), single_threaded_blas():
@@ -67,11 +74,17 @@ def checked_weights(weights, expected: dict, aliases: dict, who: str, copy: bool
                             f"(use .astype(np.{dtype}))")
         if tuple(w.shape) != tuple(shape):
             raise ValueError(f"{who}: weight {name!r}: shape {tuple(w.shape)}, expected {tuple(shape)}")
-        if name not in rows_later and not all_finite(w):
-            raise ValueError(f"{who}: weight {name!r}: contains NaN or infinity")
+        if name not in rows_later:
+            check_finite(name, w, who)
         # later edits by the caller do not leak in, unless it shares them (copy=False)
         out[name] = np.array(w, order="C", copy=True) if copy else np.ascontiguousarray(w)
     return out
+
+
+def check_finite(name: str, array: np.ndarray, who: str) -> None:
+    """ValueError naming the weight `name` unless every element of `array` is finite."""
+    if not all_finite(array):
+        raise ValueError(f"{who}: weight {name!r}: contains NaN or infinity")
 
 
 def check_rows(tables: dict, rows: dict, who: str, names) -> None:

@@ -3,6 +3,9 @@ compiled pass on it, and its gradients, which must be the numpy backward's on th
 (where every leaf is computed) for every zoo model, on the forward's kept values and with the
 recomputation, with an adjoint on every state of every node (so the repeats' own adjoints
 count)."""
+import dataclasses
+import functools
+
 import numpy as np
 import pytest
 
@@ -11,6 +14,8 @@ from cortex_tvm import adjoint_kernel, lower
 from cortex_tvm.adjoint import Adjoint
 from cortex_tvm.distinct_leaves import distinct_leaf_count, distinct_leaves_first
 from cortex_tvm.stage_numpy import StageNumpy
+
+from test_linearize_parents import to_forest  # noqa: E402 - tests/ is on sys.path (conftest)
 
 from .numpy_twin import assert_kept_states, assert_same_gradients, numpy_gradients, zoo_case
 
@@ -41,6 +46,37 @@ def test_the_layout_lists_each_words_first_leaf_before_its_repeats(sst):
     upper = plain.node_slots >= end
     np.testing.assert_array_equal(lin.node_slots[upper], plain.node_slots[upper])
     assert sorted(lin.node_slots[~upper]) == list(range(first, end))
+
+
+@pytest.mark.parametrize("name", sorted(ct.models.BY_NAME))
+def test_the_layout_made_at_once_is_the_one_made_after(name, sst):
+    """`linearize(..., distinct_leaves=True)` (the training pass's layout, repeats ordered as the
+    nodes are sorted into slots) equals `distinct_leaves_first` of the plain layout, array for
+    array, for every zoo model on SST batches, and for a forest given as parent arrays;
+    `leaf_words` are the leaves' distinct words, which `Adjoint.word_rows` then reads."""
+    trees, vocab = sst
+    model = ct.models.BY_NAME[name](hidden_size=4, vocab_size=len(vocab))
+    chains = model.max_children == 1            # (the sequence models: chains of SST's leaves' words)
+    for start, end in ((0, 1), (0, 25), (100, 140)):
+        batch = trees[start:end]
+        if chains:
+            batch = [ct.data.sequence([n.word for n in ct.data.postorder(t) if n.word is not None]) for t in batch]
+        plain, fused = model.linearize(batch), model.linearize(batch, distinct_leaves=True)
+        after = distinct_leaves_first(plain)
+        for field in dataclasses.fields(fused):
+            want, got = getattr(after, field.name), getattr(fused, field.name)
+            assert (want is None and got is None) or np.array_equal(got, want), field.name
+    forest = ct.models.TreeLSTM(hidden_size=4, vocab_size=len(vocab)).compile(training=True)
+    parents, words = to_forest(trees[:25])
+    plain = forest.signature.layout_parents(parents, words, 1, True, len(vocab))
+    fused = forest.adjoint.lay_out(None, arrays=functools.partial(forest.signature.layout_parents, parents, words, 1,
+                                                                  True, len(vocab)))
+    after = distinct_leaves_first(plain)
+    for field in dataclasses.fields(fused):
+        want, got = getattr(after, field.name), getattr(fused, field.name)
+        assert (want is None and got is None) or np.array_equal(got, want), field.name
+    rows = forest.adjoint.word_rows(fused)["emb"]
+    np.testing.assert_array_equal(rows, np.unique(words[words >= 0]))
 
 
 def test_a_batch_without_a_repeated_word_keeps_its_layout():

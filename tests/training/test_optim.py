@@ -210,3 +210,33 @@ def test_bad_input_is_refused_before_any_update():
     flat.grad = torch.zeros(6, 2)[:, 0]
     with pytest.raises(ValueError, match="parameter 0 of group 0's gradient: a contiguous tensor is needed"):
         Adagrad([flat]).step()
+
+
+def test_a_parameter_whose_memory_changed_is_checked_again():
+    """A step checks each parameter and its sum once, and again whenever either's memory, dtype,
+    shape or strides changed (`Adagrad._memory`): a parameter given new memory of the right
+    kind is stepped there, as torch's is; one of another dtype or not contiguous is refused."""
+    ours, reference = _twins([(6, 5), (7,)], seed=3)
+    optimizer, torch_optimizer = Adagrad(ours, lr=0.1), torch.optim.Adagrad(reference, lr=0.1)
+
+    def step():
+        for a, b in zip(ours, reference):
+            a.grad = torch.full(a.shape, 0.25)
+            b.grad = a.grad.clone()
+        optimizer.step()
+        torch_optimizer.step()
+    step()
+    for a, b in zip(ours, reference):                   # new memory, the same values
+        a.data, b.data = a.data.clone() * 2, b.data.clone() * 2
+    step()
+    step()
+    _close(ours, reference)
+    kept = ours[0].data
+    ours[0].data = kept.double()
+    ours[0].grad = torch.zeros(6, 5, dtype=torch.float64)
+    with pytest.raises(ValueError, match="parameter 0 of group 0: a float32 CPU tensor is needed, got torch.float64"):
+        optimizer.step()
+    ours[0].data = torch.zeros(5, 6).t()                  # (6, 5), not contiguous
+    ours[0].grad = torch.zeros(6, 5)
+    with pytest.raises(ValueError, match="parameter 0 of group 0: a contiguous tensor is needed"):
+        optimizer.step()

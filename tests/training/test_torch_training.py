@@ -12,6 +12,7 @@ import pytest
 
 import cortex_tvm as ct
 from cortex_tvm import ra, runtime
+from cortex_tvm import vjp as vjp_calls
 
 torch = pytest.importorskip("torch")
 
@@ -290,9 +291,44 @@ def test_an_embedding_row_is_checked_when_a_batch_reads_it(sst, monkeypatch):
     compiled.load_weights(model.weights)                      # a clean table runs again
     np.testing.assert_allclose(compiled.vjp(trees[12:13])[0], model.compile()(trees[12:13]), rtol=1e-5, atol=1e-6)
     checked = []
-    monkeypatch.setattr(runtime, "check_rows", lambda *args: checked.append(sorted(args[3])))
+    for module in (runtime, vjp_calls):      # (the kernel's run checks in the one, vjp in the other)
+        monkeypatch.setattr(module, "check_rows", lambda *args: checked.append(sorted(args[3])))
     compiled.load_weights(model.weights)
     compiled.vjp(trees[:12])
     compiled(trees[0:1])                      # checks the whole table: the next batch's rows need no check
     compiled.vjp(trees[:12])
     assert checked == [["emb"], ["emb"], []]
+
+
+def test_a_parameter_changed_in_place_is_checked_again(setup, monkeypatch):
+    """The module hands a parameter changed in place (an optimizer's step) to the compiled model
+    without taking the weights anew (`weights_changed`: the changed ones checked finite again)
+    while every parameter keeps its memory, dtype, shape and strides and is contiguous; a
+    parameter given new memory, or one whose memory is not contiguous (a copy in the compiled
+    model), is taken anew (`load_weights`).  Each way the next forward computes on the new values."""
+    trees, model, compiled = setup
+    module = compiled.as_torch()
+    calls = []
+    for name in ("weights_changed", "load_weights"):
+        monkeypatch.setattr(compiled, name, (lambda name, method: lambda *a, **k: (calls.append(name), method(*a, **k))[1])(
+            name, getattr(compiled, name)))
+
+    def check(weights):
+        want = ct.models.TreeLSTM(H, model.vocab_size).load_weights(weights).compile()(trees)
+        np.testing.assert_allclose(module(trees).detach().numpy(), want, rtol=1e-5, atol=1e-6)
+    with torch.no_grad():
+        module.U.mul_(0.5)
+    check({name: p.detach().numpy() for name, p in module.named_parameters()})
+    assert calls == ["weights_changed"]
+    with torch.no_grad():
+        module.U[3, 4] = float("nan")
+    with pytest.raises(ValueError, match="weights_changed: weight 'U': contains NaN or infinity"):
+        module(trees)
+    module.U.data = torch.from_numpy(model.weights["U"].copy())                   # new memory
+    module.W.data = torch.from_numpy(np.ascontiguousarray(model.weights["W"].T)).t()    # not contiguous
+    check(model.weights)
+    with torch.no_grad():
+        module.W.mul_(2.0)                             # in place, in memory the compiled model copied
+    check(dict(model.weights, W=2 * model.weights["W"]))
+    assert calls[-2:] == ["load_weights", "load_weights"]
+    compiled.load_weights(model.weights)             # (the module's fixture is shared)

@@ -198,11 +198,13 @@ class Model:
         """Sizes `padding` leaves as given: the width of the features a caller passes per call."""
         return ("embed_size",) if self.lower(specialize_leaves=False).node_features else ()
 
-    def linearize(self, trees, pad=1, features=None) -> _linearize.Linearized:
+    def linearize(self, trees, pad=1, features=None, distinct_leaves=False) -> _linearize.Linearized:
         """The batch laid out for the numpy executors; `features` (one row per node, post-order
-        per tree) for a program that reads `ra.node_features`."""
+        per tree) for a program that reads `ra.node_features`; `distinct_leaves`: each word's
+        first leaf before its repeats (`linearize.linearize`'s, the compiled training pass's)."""
         lin = _linearize.linearize(trees, self.max_children, pad=pad, vocab_size=self.vocab_bound,
-                                   allow_shared=self.program.spec.kind == "dag", no_word=self.no_word)
+                                   allow_shared=self.program.spec.kind == "dag", no_word=self.no_word,
+                                   distinct_leaves=distinct_leaves)
         if features is None:
             return lin
         read = self.lower(specialize_leaves=False).node_features
