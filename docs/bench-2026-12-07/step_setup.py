@@ -13,9 +13,10 @@ import torch
 import cortex_tvm as ct
 
 
-def training_step(name="treelstm", batch=25, hidden=150, embed=300, precision="fp32") -> SimpleNamespace:
+def training_step(name="treelstm", batch=25, hidden=150, embed=300, precision="fp32", package=ct) -> SimpleNamespace:
     """compiled, module, opt, R, batches, trees, and step(i): zero_grad, the forward on batch i % 10, (out * R).sum()
-    backward, opt.step()."""
+    backward, opt.step().  package: the cortex_tvm to build it with (another version of it: host-redesign/twin_ab.py)."""
+    ct = package
     torch.set_num_threads(2)
     trees, vocab = ct.data.sst_sample()
     model = ct.models.BY_NAME[name](hidden_size=hidden, vocab_size=len(vocab), seed=0, embed_size=embed)

@@ -1,7 +1,7 @@
 """`CompiledModel.vjp`'s work (its docstring is the contract): the batch laid out for the backward,
 the forward that keeps what the backward needs, and the pullback that runs the backward
-(`adjoint.Adjoint`).  The training half of the runtime, beside `runtime`, which owns the kernel's
-call and the weights."""
+(`adjoint.Adjoint`, the compiled model's: this module imports nothing of the compile side, and
+is on the deploy side with `runtime`, which owns the kernel's call and the weights)."""
 from __future__ import annotations
 
 import functools

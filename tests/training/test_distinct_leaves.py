@@ -1,8 +1,8 @@
-"""Leaves that repeat a word, computed once (`distinct_leaves`): the layout, the IR of the
-compiled pass on it, and its gradients, which must be the numpy backward's on the plain layout
-(where every leaf is computed) for every zoo model, on the forward's kept values and with the
-recomputation, with an adjoint on every state of every node (so the repeats' own adjoints
-count)."""
+"""Leaves that repeat a word, computed once (`distinct_leaves`): the layout (made at once, or from a
+plain one), the IR of the compiled pass on it, and its gradients, which must be the numpy
+backward's on the plain layout (where every leaf is computed) for every zoo model, on the
+forward's kept values (every state row written) and with the recomputation, with an adjoint on
+every state of every node (so the repeats' own adjoints count)."""
 import dataclasses
 import functools
 
@@ -87,7 +87,7 @@ def test_a_batch_without_a_repeated_word_keeps_its_layout():
 
 
 @pytest.mark.parametrize("name", sorted(ct.models.BY_NAME))
-def test_the_pass_on_distinct_leaves_gives_the_numpy_gradients(name, sst):
+def test_the_pass_on_distinct_leaves_gives_the_numpy_gradients(name, sst, monkeypatch):
     model, plain, states, d_states, compiled = zoo_case(name, H, sst, 40, 3)
     want = numpy_gradients(model, plain, states, d_states)
     assert compiled.distinct_leaves
@@ -101,6 +101,17 @@ def test_the_pass_on_distinct_leaves_gives_the_numpy_gradients(name, sst):
         return out
     kept, token = compiled.forward(lin, model.weights)
     assert_kept_states(kept, moved(states), lin)      # the repeats' states copied from their word's leaf
+    # the forward's states come from np.empty: it writes every row of the states a stage makes, and
+    # zeroes the rest (the null node's; the child-sum TreeLSTM's leaves' c): fresh memory full of NaN
+    # gives the same states, bit for bit
+    empty = np.empty
+    monkeypatch.setattr(np, "empty", lambda shape, dtype=float, **k: np.full(shape, np.nan, dtype))
+    again, _ = compiled.forward(lin, model.weights)
+    monkeypatch.setattr(np, "empty", empty)
+    for mine, theirs in zip(again, kept):
+        assert not np.isnan(mine).any() and not mine[0].any()
+        np.testing.assert_array_equal(mine, theirs)
+    kept, token = compiled.forward(lin, model.weights)
     for part, values, forwarded in (("backward", kept, token), ("all", moved(states), None)):
         got = compiled.vjp(lin, values, model.weights, moved(d_states), forwarded=forwarded)
         assert compiled.level_pass.last_run[0] == part

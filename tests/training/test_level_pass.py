@@ -455,22 +455,3 @@ def test_a_training_pass_builds_once_per_process_and_serves_other_weights(sst, m
     assert set(grads) == set(want)
     for name in want:
         np.testing.assert_allclose(grads[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
-
-
-@pytest.mark.parametrize("name", sorted(ct.models.BY_NAME))
-def test_the_training_forward_writes_every_state_row(name, sst, monkeypatch):
-    """`Adjoint.forward` takes its states from np.empty: the pass writes every row of the states
-    a stage makes (the repeated leaves' by copy) and the rest is zeroed (the null node's, a state
-    a stage does not make: the child-sum TreeLSTM's leaves' c).  With fresh memory full of NaN,
-    the states are those of zeroed memory, bit for bit, NaN nowhere."""
-    model, lin, states, _, compiled = zoo_case(name, H, sst, 30, 1)
-    lin = compiled.layout(lin)                      # (the repeated leaves too, where a word repeats)
-    want, _ = compiled.forward(lin, model.weights)
-    want = [w.copy() for w in want]
-    empty = np.empty
-    monkeypatch.setattr(np, "empty", lambda shape, dtype=float, **k: np.full(shape, np.nan, dtype))
-    got, _ = compiled.forward(lin, model.weights)
-    monkeypatch.setattr(np, "empty", empty)
-    for mine, theirs in zip(got, want):
-        assert not np.isnan(mine).any() and not mine[0].any()
-        np.testing.assert_array_equal(mine, theirs)
