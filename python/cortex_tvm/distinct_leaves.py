@@ -17,11 +17,28 @@ from dataclasses import replace
 
 import numpy as np
 
-from .linearize import Linearized, repeats_last
+
+def repeats_last(words: np.ndarray) -> tuple:
+    """(order, sources, distinct) for leaves reading `words`, in slot order: `order`, the leaves'
+    positions with each word's first leaf first, in slot order, then every leaf that repeats an
+    earlier one's word, in slot order; `sources`, for each repeat (order's tail), the position
+    of its word's first leaf; `distinct`, the words once each, sorted.  order and sources are
+    None where no word repeats.  Both layouts use it: `linearize.lay_out_levels` as it sorts the
+    nodes into slots, `distinct_leaves_first` on a layout already made.
+
+    Example: words [7, 3, 7, 7, 3, 9] -> order [0, 1, 5, 2, 3, 4], sources [0, 0, 1], distinct [3, 7, 9]."""
+    distinct, first_of_word, word_of_leaf = np.unique(words, return_index=True, return_inverse=True)
+    if len(first_of_word) == len(words):
+        return None, None, distinct
+    is_first = np.zeros(len(words), bool)
+    is_first[first_of_word] = True
+    order = np.concatenate((np.flatnonzero(is_first), np.flatnonzero(~is_first)))
+    return order, first_of_word[word_of_leaf[order[len(first_of_word):]]], distinct
 
 
-def distinct_leaves_first(lin: Linearized) -> Linearized:
-    """`lin` with level 0 reordered: the first leaf of each word, in slot order, then every
+def distinct_leaves_first(lin):
+    """`lin` (a `linearize.Linearized`: that module imports this one, for `repeats_last`) with
+    level 0 reordered: the first leaf of each word, in slot order, then every
     leaf that repeats an earlier one's word, in slot order, `leaf_sources` naming the slot of
     the first leaf of its word.  Every other level, and what each node computes, stay as they
     are: children, roots and node_slots follow the leaves to their new slots.  Returns `lin`
@@ -49,7 +66,7 @@ def distinct_leaves_first(lin: Linearized) -> Linearized:
     )
 
 
-def distinct_leaf_count(lin: Linearized) -> int:
+def distinct_leaf_count(lin) -> int:
     """The leaves a pass over the distinct words runs on: level 0 but its repeats."""
     repeats = 0 if lin.leaf_sources is None else len(lin.leaf_sources)
     return int(lin.level_offsets[1] - lin.level_offsets[0]) - repeats

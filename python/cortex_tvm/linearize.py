@@ -26,6 +26,7 @@ from .data import Node, _is_int, current_epoch
 from .flatten import NO_CHILD as _NO_CHILD
 from .flatten import NO_WORD as _NO_WORD
 from .flatten import flat_for as _flat_for
+from .distinct_leaves import repeats_last
 from .unrolled_levels import check_unrolled_children, levels_per_step, unrolled_levels
 
 __all__ = ["NULL_SLOT", "Linearized", "linearize", "check_bounds"]
@@ -298,24 +299,6 @@ def lay_out_levels(heights, table, root_index, tree_sizes, max_children: int, pa
         leaf_sources=None if repeats is None else slot_of_node.take(repeats[0]),
         leaf_words=None if repeats is None else repeats[1],
     )
-
-
-def repeats_last(words: np.ndarray) -> tuple:
-    """(order, sources, distinct) for leaves reading `words`, in slot order: `order`, the leaves'
-    positions with each word's first leaf first, in slot order, then every leaf that repeats an
-    earlier one's word, in slot order; `sources`, for each repeat (order's tail), the position
-    of its word's first leaf; `distinct`, the words once each, sorted.  order and sources are
-    None where no word repeats.  Both layouts use it: `lay_out_levels` as it sorts the nodes
-    into slots, `distinct_leaves.distinct_leaves_first` on a layout already made.
-
-    Example: words [7, 3, 7, 7, 3, 9] -> order [0, 1, 5, 2, 3, 4], sources [0, 0, 1], distinct [3, 7, 9]."""
-    distinct, first_of_word, word_of_leaf = np.unique(words, return_index=True, return_inverse=True)
-    if len(first_of_word) == len(words):
-        return None, None, distinct
-    is_first = np.zeros(len(words), bool)
-    is_first[first_of_word] = True
-    order = np.concatenate((np.flatnonzero(is_first), np.flatnonzero(~is_first)))
-    return order, first_of_word[word_of_leaf[order[len(first_of_word):]]], distinct
 
 
 def check_bounds(lin: Linearized, max_children: int, vocab_size=None, no_word=None, node_tile: int = 1,

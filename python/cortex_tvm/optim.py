@@ -226,7 +226,8 @@ def _check_dense(tensor, number: int, index: int, what: str = "", shape=None):
     if not tensor.is_contiguous():
         raise ValueError(f"{_where(number, index)}{what}: a contiguous tensor is needed (call .contiguous() on it)")
     if shape is not None and tensor.shape != shape:
-        raise ValueError(f"{_where(number, index)}{what}: shape {tuple(tensor.shape)}, the parameter's is {tuple(shape)}")
+        raise ValueError(f"{_where(number, index)}{what}: shape {tuple(tensor.shape)}, the parameter's is "
+                         f"{tuple(shape)}")
 
 
 def _flat_rows(tensor):

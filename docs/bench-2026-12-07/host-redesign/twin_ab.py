@@ -1,11 +1,12 @@
 # A training step of two versions of the package in ONE process, rounds alternating (the VM's speed moves by up to
 # 1.8x between processes minutes apart; within a process both arms see the same phases): the older checkout's
 # python/cortex_tvm copied to a temporary folder as `cortex_tvm_old` (its lazy imports renamed), against this one.
-# From the repo root:  PYTHONPATH=python python docs/bench-2026-12-07/host-redesign/twin_ab.py OLD_CHECKOUT B PRECISION [stub]
+# From the repo root:
+#   PYTHONPATH=python python docs/bench-2026-12-07/host-redesign/twin_ab.py OLD_CHECKOUT B PRECISION [stub]
 # (OLD_CHECKOUT: e.g. a `git worktree add` of 93fc08b).  TreeLSTM h = 150, x = 300, as_torch(sparse=True) +
-# ct.optim.Adagrad in DGL's groups (../step_setup.py), 2 threads, 10 seeded SST batches of B; 30 steps of warm-up per arm, then ROUNDS
-# (default 16) rounds of 30 steps per arm.  "stub": every kernel (the level pass's and Adagrad's) a no-op, so the
-# step is the host's work alone.
+# ct.optim.Adagrad in DGL's groups (../step_setup.py), 2 threads, 10 seeded SST batches of B; 30 steps of warm-up
+# per arm, then ROUNDS (default 16) rounds of 30 steps per arm.  "stub": every kernel (the level pass's and
+# Adagrad's) a no-op, so the step is the host's work alone.
 import os, shutil, sys, tempfile, time
 os.environ.setdefault("TVM_NUM_THREADS", "2"); os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 old_root, B, prec = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -50,6 +51,7 @@ for r in range(int(os.environ.get("ROUNDS", 16))):
             arms[k](i)
         times[k].append((time.perf_counter() - start) / 30 * 1e3)
 o, n = np.array(times["old"]), np.array(times["new"])
-print("B=%d %s%s: old %.3f ms, new %.3f ms a step (medians of %d rounds of 30), %+.3f ms (%+.1f%%), new faster in %d of %d "
-      "rounds" % (B, prec, " host alone (kernels no-ops)" if STUB else "", np.median(o), np.median(n), len(o),
-                  np.median(n) - np.median(o), 100 * (np.median(n) / np.median(o) - 1), int((n < o).sum()), len(o)))
+print("B=%d %s%s: old %.3f ms, new %.3f ms a step (medians of %d rounds of 30), %+.3f ms (%+.1f%%), "
+      "new faster in %d of %d rounds" % (B, prec, " host alone (kernels no-ops)" if STUB else "", np.median(o),
+                                         np.median(n), len(o), np.median(n) - np.median(o),
+                                         100 * (np.median(n) / np.median(o) - 1), int((n < o).sum()), len(o)))
