@@ -87,16 +87,17 @@ class Adjoint:
                 self.level_pass_note = None
             except Unsupported as err:
                 self.level_pass_note = str(err)
-        #: whether `layout` lists each word's first leaf before its repeats, which the compiled
+        #: whether `lay_out` lists each word's first leaf before its repeats, which the compiled
         #: CPU pass then computes once: the leaf stage reads nothing of the node but its word
         self.distinct_leaves = (self.level_pass is not None and self.level_pass.device is None and
                                 all(isinstance(k, (ra.Weight, ra.NodeInput)) for k in lowered["leaf"].placeholders))
 
     def layout(self, lin):
         """The layout `vjp` and `forward` take for the batch laid out as `lin` (one node per slot,
-        `self.linearize`'s): with `distinct_leaves`, each word's first leaf before the leaves that
-        repeat it (`distinct_leaves.distinct_leaves_first`), which copy its states in the forward
-        and add their adjoints into its own in the backward; else `lin` itself."""
+        `self.linearize`'s; `lay_out` makes it from the trees at once, as `CompiledModel.vjp`
+        does): with `distinct_leaves`, each word's first leaf before the leaves that repeat it
+        (`distinct_leaves.distinct_leaves_first`), which copy its states in the forward and add
+        their adjoints into its own in the backward; else `lin` itself."""
         return distinct_leaves_first(lin) if self.distinct_leaves else lin
 
     def lay_out(self, trees, features=None, arrays=None):
@@ -140,8 +141,9 @@ class Adjoint:
         (until this thread's next `forward` overwrites them)."""
         if self.level_pass is None or not self.level_pass.forward_pays(lin):
             return None
-        # (not np.zeros: the pass writes the rows of the states its stages make, each level's, and
-        # the repeated leaves' copies; the null node's and those a stage does not make are zeroed)
+        # (not np.zeros: the pass writes every state row a stage makes, the repeated leaves' by copy;
+        # zeroed: the null node's row, and a state's rows where the stage does not write it in place,
+        # which covers one it does not make at all: the child-sum TreeLSTM's leaves' c)
         states = [np.empty((lin.num_slots,) + s.shape, np.float32) for s in self.program.states]
         for index, rows in enumerate(states):
             rows[0] = 0
@@ -227,7 +229,7 @@ class Adjoint:
         if self.level_pass is None:
             if lin.leaf_sources is not None:
                 raise ValueError("the numpy backward runs every leaf: a layout with repeated leaves "
-                                 "(Adjoint.layout) is for the compiled pass")
+                                 "(Adjoint.lay_out) is for the compiled pass")
             for name, (start, end) in ranges.items():
                 if end > start:
                     whole[name] = Level(self.stages[name], lin, states, weights, d_states, start, end - start)

@@ -133,7 +133,7 @@ class LevelPass:
             elif role == "leaf_sources":
                 if lin.leaf_sources is not None and self.device is not None:
                     raise ValueError("the GPU level pass runs every leaf: a layout with repeated leaves "
-                                     "(distinct_leaves_first) is for the CPU's")
+                                     "(Adjoint.lay_out) is for the CPU's")
                 args.append(_NO_REPEATS if lin.leaf_sources is None else lin.leaf_sources)
                 unread.add(position)                          # (read only)
             elif role == "placeholder":

@@ -55,8 +55,8 @@ class Linearized:
     #: (num_slots, F) float32 per-node features in slot order (`node_features.slot_rows`), or None
     features: np.ndarray | None = None
     #: (D,) int32, or None: the last D leaves of level 0 repeat the word of a leaf before them,
-    #: whose slot each one names (`distinct_leaves.distinct_leaves_first`; the backward computes
-    #: a word's leaf once)
+    #: whose slot each one names (`lay_out_levels(distinct_leaves=True)`, `distinct_leaves_first`;
+    #: the backward computes a word's leaf once)
     leaf_sources: np.ndarray | None = None
     #: (W,) the words of level 0 once each, sorted, where the layout lists repeats last (as
     #: leaf_sources), else None: the rows of an embedding's gradient that its leaves can touch

@@ -229,8 +229,16 @@ def test_a_parameter_whose_memory_changed_is_checked_again():
     for a, b in zip(ours, reference):                   # new memory, the same values
         a.data, b.data = a.data.clone() * 2, b.data.clone() * 2
     step()
+    optimizer.load_state_dict(copy.deepcopy(torch_optimizer.state_dict()))    # new sums, the same values
     step()
     _close(ours, reference)
+    square = torch.nn.Parameter(torch.arange(16.0).reshape(4, 4))
+    square_optimizer = Adagrad([square], lr=0.1)
+    square.grad = torch.ones(4, 4)
+    square_optimizer.step()
+    square.data = square.data.t()                       # the same memory, other strides
+    with pytest.raises(ValueError, match="parameter 0 of group 0: a contiguous tensor is needed"):
+        square_optimizer.step()
     kept = ours[0].data
     ours[0].data = kept.double()
     ours[0].grad = torch.zeros(6, 5, dtype=torch.float64)
