@@ -145,9 +145,10 @@ class Adjoint:
         # zeroed: the null node's row, and a state's rows where the stage does not write it in place,
         # which covers one it does not make at all: the child-sum TreeLSTM's leaves' c)
         states = [np.empty((lin.num_slots,) + s.shape, np.float32) for s in self.program.states]
+        ranges = _stage_ranges(lin)
         for index, rows in enumerate(states):
             rows[0] = 0
-            for name, (start, end) in _stage_ranges(lin).items():
+            for name, (start, end) in ranges.items():
                 if index not in self.level_pass.state_values[name].values():
                     rows[start:end] = 0
         self.level_pass(lin, states, weights, None, self._levels(lin, states, weights, None, True), part="forward")
