@@ -177,9 +177,9 @@ class _Pairs:
     def word(self, value_at, n):
         return pair_bits(value_at(n), value_at(n + 1))
 
-    def fill_rows(self, fill, tile, extent):
-        with Tb.vectorized(0, TILE) as t:
-            fill(t, tirx.min(tile * TILE + t, extent - 1))
+    #: (a whole tile's rows as one vector load: with the last tile's `min` on every lane, LLVM built
+    #: each tile of the row panel element by element, 8% of the bf16 backward's samples, Zen 4)
+    fill_rows = _Float32.fill_rows
 
     def summed_width(self, width_):
         return padded_width(width_)

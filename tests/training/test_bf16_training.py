@@ -76,10 +76,14 @@ def test_the_bf16_level_pass_ir():
     # pair of rows (U_panels[.., r // 2, ..])
     assert 'W_T[v_5 // 16 + v_5 % 16 // 16, v_6, v_5 % 16 % 16] = T.reinterpret("uint32", W[v_5, v_6 * 2])' in forward
     # the backward's d_h = dG . U and d_emb = dG . W on the widened pair copies the forward wrote, each node's
-    # dG rounded to pairs once a run (d_internal_gates_sum[.., g, 2 p] and [.., g, 2 p + 1])
+    # dG rounded once a run, each value's bfloat16 bits stored along the sum in whole vectors
+    # (uint16, d_internal_gates_sum[.., g, i] at i) and read as pairs through a uint32 view
     assert _calls_by_operand(backward) == {"U_panels": 4, "W_panels": 4, "buffer_4": 2}
-    assert re.search(r'buffer_4\[v_10, v_11, v_12\] = T.reinterpret\("uint32", d_internal_gates_sum\[.*, v_11, '
-                     r'v_12 \* 2\]\)', backward)
+    assert re.search(r'buffer_4\[v_10, v_11, v_12 \* 16 \+ v_13\] = T.Cast\("uint16", T.reinterpret\("uint32", '
+                     r'd_internal_gates_sum\[.*, v_11, v_12 \* 16 \+ v_13\]\)', backward)
+    assert re.search(r'T.Broadcast\(T.reinterpret\("int32", buffer_5\[.*\]\), 16\), T.reinterpret\("int32x16", U_panels',
+                     backward)
+    assert backward.count('buffer_5 = buffer_4.view("uint32")') == 2 == forward.count('buffer_5 = buffer_4.view("uint32")')
     # the sums dU and dW (the 2 calls on buffer_4): panels of pairs along the nodes, 64 nodes a
     # block (32 words a column, 16 columns a chunk: U's 2 chunks, W's 1); the biases' sums float32
     assert 'buffer_4 = T.alloc_buffer((1024,), "uint32")' in backward
