@@ -3,7 +3,8 @@
 
 * the IR (built on any machine, not run): the forward's products with U and W, the backward's
   d_h and d_emb (dG . U, dG . W) and the sums dU, dW take `cortex_dpbf16ps` on pair copies and
-  pair panels; the weights' copies are uint32 pairs; a bias's sum stays float32;
+  pair panels; the weights' copies are uint32 pairs; a bias's sum stays float32; built for Zen 4,
+  each vdpbf16ps reads its node's pair as an embedded broadcast;
 * the numbers: TreeLSTM's gradients on SST trees equal float64 PyTorch autograd through an eager
   recursion whose every weight product rounds its inputs and its incoming gradient to bfloat16
   (`eager.Bf16Product`), far closer than to the float32 gradients; other zoo models' within
@@ -15,9 +16,10 @@ import re
 
 import numpy as np
 import pytest
+import tvm
 
 import cortex_tvm as ct
-from cortex_tvm import adjoint_kernel, adjoint_packed, dot_bf16, lower
+from cortex_tvm import adjoint_kernel, adjoint_packed, dot_bf16, lower, tir_pipeline
 from cortex_tvm.stage_numpy import StageNumpy
 from cortex_tvm.target import host_features
 
@@ -89,6 +91,24 @@ def test_the_bf16_level_pass_ir():
     assert 'buffer_4 = T.alloc_buffer((1024,), "uint32")' in backward
     assert 'buffer_4 = T.alloc_buffer((512,), "uint32")' in backward
     assert backward.count('T.alloc_local((256,), "uint32")') == 2
+
+
+@pytest.mark.parametrize("part", ["forward", "backward"])
+def test_each_nodes_pair_is_read_as_the_instructions_broadcast(part):
+    """Built for Zen 4 (on any machine, not run), every vdpbf16ps of the h = 16 pass reads the node's
+    pair from memory as its broadcast operand (`m32{1to16}`), with no vbroadcastss of its own: the
+    wrapper passes the pair as the intrinsic's last operand, the one an EVEX instruction can
+    broadcast (in the other order none is folded; a tile with a vbroadcastss per vdpbf16ps ran at
+    72% of the instruction's throughput there: docs/bench-2026-12-07/bf16-tiles/)."""
+    model = ct.models.TreeLSTM(H, 50)
+    stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
+    func, _ = adjoint_kernel.level_pass(stages, {n: StageNumpy(s) for n, s in stages.items()}, model.program,
+                                        lanes=16, cores=2, part=part, bf16=True)
+    executable = tvm.compile(tvm.IRModule({"level_pass": func}), target=tvm.target.Target(
+        {"kind": "llvm", "mcpu": "znver4"}), tir_pipeline=tir_pipeline.NAME)
+    dots = [line for line in executable.mod.inspect_source("asm").splitlines() if "vdpbf16ps" in line]
+    assert len(dots) > 100
+    assert all("{1to16}" in line for line in dots), [line for line in dots if "{1to16}" not in line][:3]
 
 
 @pytest.fixture(scope="module")
