@@ -10,8 +10,8 @@ register tile sums from the two panels alone: both stream through the cache in o
 nest reading each node's rows where they lie takes a new row of both factors per node (TreeLSTM's
 dU at 120 against 190 GFLOP/s a core in a probe on Sapphire Rapids)::
 
-    for share (parallel), node_block:
-        column_panel[j, k_chunk, n, lane] = h[children[n, j], k]            (0 past the last node)
+    for share (parallel), node_block:                 (n: the block's nodes up to the stage's last)
+        column_panel[j, k_chunk, n, lane] = h[children[n, j], k]
         for (i_tile, g) in the share's tiles:
             row_panel[n, t] = d_gates_sum[n, g, 8*i_tile + t]
             for j, k_chunk:
@@ -25,7 +25,8 @@ panel's: one row's), and each step adds, per pair of nodes, a row's pair broadca
 column pairs (`vdpbf16ps`); a chunk's columns past its last whole vector are summed in a whole
 vector too (the lanes past the chunk read words no pack wrote and are never stored).
 
-Either way nodes past the stage's last are zeros in the panels, the first block of nodes starts
+Either way the last block packs and sums only the steps that hold a node (nodes past the stage's
+last within a step are zeros in the panels), the first block of nodes starts
 the sums (the caller does not zero `R`), and the nest is parallel over the row tiles (x the axes
 the column factor does not use), one share of them per core.
 """
@@ -78,8 +79,11 @@ def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, 
         column_panel = Tb.alloc_buffer((column_combos * panel,), form.dtype)
         row_panel = Tb.alloc_buffer((form.steps * TILE,), form.dtype, scope="local")
         with Tb.serial(0, node_blocks(count, form.nodes)) as node_block:
+            # the block's steps that hold a node (the last block's fewer): no pack or sum of zeros past them
+            rest = count - node_block * form.nodes
+            steps = Tb.bind(tirx.min(form.steps, rest if form.per_step == 1 else (rest + 1) // 2))
             with Tb.serial(0, column_combos) as combo:
-                with Tb.serial(0, form.steps) as step:
+                with Tb.serial(0, steps) as step:
                     n = node_block * form.nodes + step * form.per_step
 
                     def pack(column_of, width_, vector):
@@ -92,7 +96,7 @@ def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, 
             with Tb.serial(first, last) as job:
                 tile, row_combo = job // row_combos, job % row_combos
                 row_map = grid_at(row_combo, by_row)
-                with Tb.serial(0, form.steps) as step:
+                with Tb.serial(0, steps) as step:
                     n = node_block * form.nodes + step * form.per_step
                     form.fill_rows(lambda t, row: Tb.buffer_store(
                         row_panel, form.word(lambda m: value(rows, {**row_map, tiled[0]: row}, m), n),
@@ -108,7 +112,7 @@ def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, 
                         with Tb.unroll(0, TILE) as t:
                             lane_loops(width_, vector, lambda lane: Tb.buffer_store(
                                 acc, started(node_block, out[element(t, lane)]), [t, lane]), lanes)
-                        form.accumulate(acc, row_panel, column_panel, combo * panel, column_of, width_, vector)
+                        form.accumulate(acc, row_panel, column_panel, combo * panel, column_of, width_, vector, steps)
                         with Tb.serial(0, TILE) as t:
                             with Tb.If(tile * TILE + t < extent):
                                 with Tb.Then():
@@ -149,8 +153,8 @@ class _Float32:
     def summed_width(self, width_):
         return width_
 
-    def accumulate(self, acc, row_panel, column_panel, base, column_of, width_, vector):
-        with Tb.serial(0, self.steps) as k:
+    def accumulate(self, acc, row_panel, column_panel, base, column_of, width_, vector, steps):
+        with Tb.serial(0, steps) as k:
             with Tb.unroll(0, TILE) as t:
                 lane_loops(width_, vector, lambda lane: Tb.buffer_store(
                     acc, acc[t, lane] + row_panel[k * TILE + t] * column_panel[
@@ -184,9 +188,9 @@ class _Pairs:
     def summed_width(self, width_):
         return padded_width(width_)
 
-    def accumulate(self, acc, row_panel, column_panel, base, column_of, width_, vector):
+    def accumulate(self, acc, row_panel, column_panel, base, column_of, width_, vector, steps):
         with Tb.attr(tirx.const(0, "int32"), IMPORT_ATTR, tvm.ir.StringImm(LLVM_IR)):
-            with Tb.serial(0, self.steps) as pair:
+            with Tb.serial(0, steps) as pair:
                 with Tb.unroll(0, TILE) as t:
                     for vector_ in range(padded_width(width_) // LANES):
                         start = base + self.panel_at(column_of, width_, pair, vector_ * LANES)

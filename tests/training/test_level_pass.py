@@ -246,19 +246,22 @@ def test_the_level_pass_ir():
     # copies child_sum's block into a panel of 2 chunks of 32 x 8 (zeros past the last node),
     # then for each of its tiles d h_sum's 8 rows of the block into a panel of 32 x 8, and sums
     # each chunk from the two panels into an 8-row x 8-lane register tile, which the first
-    # block starts from zero (dW is not zeroed by the caller)
+    # block starts from zero (dW is not zeroed by the caller); the last block packs and sums only
+    # its nodes (v_9 of the 32)
     count = "level_offsets[v - 1] - level_offsets[1]"
     blocks = "T.max((level_offsets[v - 1] + 31 - level_offsets[1]) // 32, 1)"
     assert f"for v_8 in range({blocks}):" in weights
-    assert (f"buffer[v_9 * 512 + (v_11 * 8 * 32 + v_10 * 8 + v_12)] = T.if_then_else(v_8 * 32 + v_10 < {count}, "
-            f"internal_child_sum[T.min(v_8 * 32 + v_10, {count} - 1), v_11 * 8 + v_12], T.float32(0.0))") in weights
-    assert (f"buffer_1[v_10 * 8 + v_11] = T.if_then_else(v_8 * 32 + v_10 < {count}, d_internal_internal_h_sum["
-            f"T.min(v_8 * 32 + v_10, {count} - 1), T.min(v_9 * 8 + v_11, 15)], T.float32(0.0))") in weights
-    assert ("buffer_2[v_12, v_13] = T.Select(v_8 == 0, T.float32(0.0), "
-            "grad_internal_internal_h_sum_0[T.min(v_9 * 8 + v_12, 15), v_11 * 8 + v_13])") in weights
-    assert ("buffer_2[v_13, v_14] + buffer_1[v_12 * 8 + v_13] * buffer[v_10 * 512 + (v_11 * 8 * 32 + v_12 * 8 + v_14)]"
+    assert f"v_9: T.let[T.int32] = T.min(32, {count} - v_8 * 32)" in weights
+    assert "for v_10, v_11, v_12 in T.grid(1, v_9, 2):" in weights and "for v_13 in range(v_9):" in weights
+    assert (f"buffer[v_10 * 512 + (v_12 * 8 * 32 + v_11 * 8 + v_13)] = T.if_then_else(v_8 * 32 + v_11 < {count}, "
+            f"internal_child_sum[T.min(v_8 * 32 + v_11, {count} - 1), v_12 * 8 + v_13], T.float32(0.0))") in weights
+    assert (f"buffer_1[v_11 * 8 + v_12] = T.if_then_else(v_8 * 32 + v_11 < {count}, d_internal_internal_h_sum["
+            f"T.min(v_8 * 32 + v_11, {count} - 1), T.min(v_10 * 8 + v_12, 15)], T.float32(0.0))") in weights
+    assert ("buffer_2[v_13, v_14] = T.Select(v_8 == 0, T.float32(0.0), "
+            "grad_internal_internal_h_sum_0[T.min(v_10 * 8 + v_13, 15), v_12 * 8 + v_14])") in weights
+    assert ("buffer_2[v_14, v_15] + buffer_1[v_13 * 8 + v_14] * buffer[v_11 * 512 + (v_12 * 8 * 32 + v_13 * 8 + v_15)]"
             in weights)
-    assert ("grad_internal_internal_h_sum_0[T.min(v_9 * 8 + v_12, 15), v_11 * 8 + v_13] = buffer_2[v_12, v_13]"
+    assert ("grad_internal_internal_h_sum_0[T.min(v_10 * 8 + v_13, 15), v_12 * 8 + v_14] = buffer_2[v_13, v_14]"
             in weights)
     # db (a sum of d h_sum alone: no product to pack) in 32-node blocks, read where it lies
     assert "grad_internal_internal_h_0[v_7 * 8 + v_9] = buffer[v_8, v_9]" in weights
