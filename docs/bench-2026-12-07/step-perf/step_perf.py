@@ -1,4 +1,6 @@
 # the training step (as_torch(sparse=True) + ct.optim.Adagrad) in a loop, the level pass exported so perf sees its code
+# usage: step_perf.py BATCH SECONDS [PRECISION: fp32 (default) or bf16];
+# it writes /tmp/q/{forward,backward}.so and /tmp/q/ready
 import os, sys, time, gc
 os.environ.setdefault("TVM_NUM_THREADS", "2"); os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np, torch, cortex_tvm as ct, tvm
@@ -8,7 +10,7 @@ torch.set_num_threads(2)
 trees, vocab = ct.data.sst_sample()
 B = int(sys.argv[1])
 model = ct.models.TreeLSTM(hidden_size=150, embed_size=300, vocab_size=len(vocab), seed=0)
-c = model.compile(training=True)
+c = model.compile(training=True, precision=sys.argv[3] if len(sys.argv) > 3 else "fp32")  # (2026-12-07, evening)
 lp = c.adjoint.level_pass
 for part in ("forward", "backward"):
     func, _ = lp.build(part, True); name = NAMES[part][True]

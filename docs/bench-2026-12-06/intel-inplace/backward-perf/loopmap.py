@@ -24,6 +24,12 @@ for l in open(samples):
 print(f"total {tot:.1f}%, outside loops {other:.1f}%")
 with_fma = sum(p for (s_, e_), p in share.items() if any('vfmadd' in b for b in ins[idx[s_]:idx[e_] + 1]))
 print(f"in an innermost loop with an FMA: {100 * with_fma / tot:.1f}% of the kernel's samples (all loops, not only those below)")
+# (2026-12-07, evening) the loops without an FMA split: those that build vectors element by element (inserts, extracts,
+# gathers) and the rest; a bf16 kernel's vdpbf16ps counts as an FMA when its asm has it renamed vfmadd_bf (sed)
+built = sum(p for (s_, e_), p in share.items() if not any('vfmadd' in b for b in ins[idx[s_]:idx[e_] + 1])
+            and any(k in b for b in ins[idx[s_]:idx[e_] + 1] for k in ('vinsertps', 'vpextrd', 'gather')))
+print(f"in an FMA-free innermost loop with inserts, extracts or gathers: {100 * built / tot:.1f}%; other FMA-free: "
+      f"{100 * (tot - other - with_fma - built) / tot:.1f}%")
 for (s,e),p in share.most_common(30):
     body=ins[idx[s]:idx[e]+1]
     fma=sum('vfmadd' in b for b in body); vec=sum(('zmm' in b or 'ymm' in b) for b in body)
