@@ -181,7 +181,7 @@ class _Pairs:
     def word(self, value_at, n):
         return pair_bits(value_at(n), value_at(n + 1))
 
-    #: (a whole tile's rows as one vector load: with the last tile's `min` on every lane, LLVM built
+    #: (a node's rows of a whole tile as one vector load: with the last tile's `min` on every lane, LLVM built
     #: each tile of the row panel element by element, 8% of the bf16 backward's samples, Zen 4)
     fill_rows = _Float32.fill_rows
 

@@ -58,8 +58,9 @@ PAIR_STORAGE = "uint32"
 #: (a, the callers' broadcast pair, is the intrinsic's last operand, the one an EVEX instruction can
 #: read from memory as a broadcast: LLVM then folds the pair's load into `vdpbf16ps m32{1to16}`.
 #: With a `vbroadcastss` of its own before each `vdpbf16ps`, a register tile of 8 x 1 vectors ran
-#: at 72% of the instruction's throughput on Zen 4 (2.63 against 3.64 G/s a core, a probe of the
-#: loop alone); folded, at 100%.  The dot product of two pairs does not depend on their order.)
+#: at about 71% of the instruction's throughput on Zen 4 (2.54-2.56 against 3.59 G/s a core folded,
+#: a probe of the loop alone: docs/bench-2026-12-07/bf16-tiles/broadcast_probe.txt).  The dot
+#: product of two pairs does not depend on their order.)
 LLVM_IR = f"""
 define internal <16 x float> @{FUNC}(<16 x float> %acc, <16 x i32> %a, <16 x i32> %b) #0 {{
   %a.bf16 = bitcast <16 x i32> %a to <32 x bfloat>

@@ -100,7 +100,7 @@ def test_each_nodes_pair_is_read_as_the_instructions_broadcast(part):
     pair from memory as its broadcast operand (`m32{1to16}`), with no vbroadcastss of its own: the
     wrapper passes the pair as the intrinsic's last operand, the one an EVEX instruction can
     broadcast (in the other order none is folded; a tile with a vbroadcastss per vdpbf16ps ran at
-    72% of the instruction's throughput there: docs/bench-2026-12-07/bf16-tiles/)."""
+    about 71% of the instruction's throughput there: docs/bench-2026-12-07/bf16-tiles/)."""
     model = ct.models.TreeLSTM(H, 50)
     stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
     func, _ = adjoint_kernel.level_pass(stages, {n: StageNumpy(s) for n, s in stages.items()}, model.program,

@@ -243,7 +243,7 @@ def test_the_level_pass_ir():
     assert "T.vectorized(8)" in levels
     # dW[i, k] = sum over every internal node of d h_sum[n, i] * child_sum[n, k], a packed
     # product: W's 2 tiles of 8 rows split over the 3 cores; for each block of 32 nodes, a core
-    # copies child_sum's block into a panel of 2 chunks of 32 x 8 (zeros past the last node),
+    # copies child_sum's block into a panel of 2 chunks of 32 x 8,
     # then for each of its tiles d h_sum's 8 rows of the block into a panel of 32 x 8, and sums
     # each chunk from the two panels into an 8-row x 8-lane register tile, which the first
     # block starts from zero (dW is not zeroed by the caller); the last block packs and sums only
