@@ -81,7 +81,8 @@ def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, 
         with Tb.serial(0, node_blocks(count, form.nodes)) as node_block:
             # the block's steps that hold a node (the last block's fewer): no pack or sum of zeros past them
             rest = count - node_block * form.nodes
-            steps = Tb.bind(tirx.min(form.steps, rest if form.per_step == 1 else (rest + 1) // 2))
+            steps = Tb.bind(tirx.min(form.steps, rest if form.per_step == 1
+                                     else (rest + form.per_step - 1) // form.per_step))
             with Tb.serial(0, column_combos) as combo:
                 with Tb.serial(0, steps) as step:
                     n = node_block * form.nodes + step * form.per_step

@@ -17,7 +17,7 @@ from .adjoint_nest import tile_vectors
 from .compile_cache import build_functions
 from .linearize import NULL_SLOT
 from .node_features import check_slot_rows
-from .scratch import aligned_zeros, empty_rows, held_rows, zero
+from .scratch import aligned_zeros, held_rows, zero
 from .stage_numpy import reads_in_order
 from .target import cpu_info
 
@@ -190,7 +190,7 @@ class LevelPass:
                 _, stage, key, row_shape = param
                 level = whole.get(stage)
                 if level is None:                         # no node of this stage in the batch
-                    args.append(empty_rows(row_shape))
+                    args.append(self._held_rows(position, 0, row_shape))
                 else:
                     args.append(level.values[key] if role == "value" else level.adjoints[key])
                     if role == "value" and part != "all" and key in self.state_values[stage]:

@@ -40,16 +40,11 @@ def held_rows(held: dict, key, count: int, row_shape) -> np.ndarray:
     if array is not None and array.shape[1:] != row_shape:
         array = None
     if array is None or array.shape[0] < count:
-        # (at least a row: an array of none has strides of 0, which TVM refuses; `empty_rows`)
+        # (at least a row: numpy gives an array of no rows strides of 0, which TVM's calls refuse as
+        # not compact; a view of none of a row keeps the row's strides)
         grown = max(1, count if array is None else max(count, 2 * array.shape[0]))
         array = held[key] = np.empty((grown,) + row_shape, np.float32)
     return array[:count]
-
-
-def empty_rows(row_shape) -> np.ndarray:
-    """A float32 array of no rows of `row_shape` with compact strides: numpy's own empty arrays
-    have strides of 0, which TVM's calls refuse ("expected to be compact array")."""
-    return np.zeros((1,) + tuple(row_shape), np.float32)[:0]
 
 
 def aligned_zeros(shape, line: int = 64) -> np.ndarray:

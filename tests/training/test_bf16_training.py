@@ -49,17 +49,21 @@ def _calls_by_operand(text) -> dict:
     return {name: found.count(name) for name in set(found)}
 
 
+def _tree_lstm_pass(part, bf16):
+    """(PrimFunc, parameters) of the level pass's `part` for TreeLSTM h = H, 2 cores, 16 lanes."""
+    model = ct.models.TreeLSTM(H, 50)
+    stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
+    return adjoint_kernel.level_pass(stages, {n: StageNumpy(s) for n, s in stages.items()}, model.program,
+                                     lanes=16, cores=2, part=part, bf16=bf16)
+
+
 def test_the_bf16_level_pass_ir():
     """TreeLSTM h = 16 (U 80 x 32, W 48 x 16): every product of a weight and node values is a
     vdpbf16ps over pairs, in each register tile (whole tiles of 8 nodes, rest tiles of 1, 2, 4)."""
-    model = ct.models.TreeLSTM(H, 50)
-    stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
-    numpy_stages = {n: StageNumpy(s) for n, s in stages.items()}
     texts = {}
     for part in ("forward", "backward"):
         for bf16 in (False, True):
-            func, params = adjoint_kernel.level_pass(stages, numpy_stages, model.program, lanes=16, cores=2,
-                                                     part=part, bf16=bf16)
+            func, params = _tree_lstm_pass(part, bf16)
             texts[part, bf16] = func.script()
             copies = sorted((p[0], p[1].name) + p[2:] for p in params if p[0] in ("transposed", "widened"))
             # the copies in 16-lane panels: the transposes (W_T, U_T) the forward reads, the widened
@@ -101,10 +105,7 @@ def test_each_nodes_pair_is_read_as_the_instructions_broadcast(part):
     wrapper passes the pair as the intrinsic's last operand, the one an EVEX instruction can
     broadcast (in the other order none is folded; a tile with a vbroadcastss per vdpbf16ps ran at
     about 71% of the instruction's throughput there: docs/bench-2026-12-07/bf16-tiles/)."""
-    model = ct.models.TreeLSTM(H, 50)
-    stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
-    func, _ = adjoint_kernel.level_pass(stages, {n: StageNumpy(s) for n, s in stages.items()}, model.program,
-                                        lanes=16, cores=2, part=part, bf16=True)
+    func, _ = _tree_lstm_pass(part, True)
     executable = tvm.compile(tvm.IRModule({"level_pass": func}), target=tvm.target.Target(
         {"kind": "llvm", "mcpu": "znver4"}), tir_pipeline=tir_pipeline.NAME)
     dots = [line for line in executable.mod.inspect_source("asm").splitlines() if "vdpbf16ps" in line]
