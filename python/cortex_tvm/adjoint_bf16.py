@@ -163,16 +163,22 @@ def accumulate(the_plan, scratch, run, level, acc, width, column_of, mapping_of,
                     column = column_of(vector * LANES)
                     if isinstance(column, int):          # (a chunk past the whole ones: a constant start)
                         column = tirx.const(column, "int32")
-                    mapping = {**mapping_of(others, column), the_plan.axis: pair * 2}
-                    # (an index that is a bare axis maps to an expression: structural_map keeps a root's type)
-                    at = [analyzer.simplify(rewriter(mapping, position, row)(_rooted(i)))
-                          for i in the_plan.layout.index(the_plan.weight.indices, the_plan.inner)]
-                    words = tirx.BufferLoad(the_plan.copy, [at[0], analyzer.simplify(tirx.floordiv(at[1], 2)),
-                                                            tirx.Ramp(at[2], 1, LANES)])
+                    at = weight_word(the_plan, {**mapping_of(others, column), the_plan.axis: pair * 2},
+                                     position, row, rewriter, analyzer)
+                    words = tirx.BufferLoad(the_plan.copy, at[:2] + [tirx.Ramp(at[2], 1, LANES)])
                     lanes = [t, tirx.Ramp(vector * LANES, 1, LANES)]
                     Tb.buffer_store(acc, dot_pairs(acc[lanes], bits, words), lanes)
     with Tb.attr(tirx.const(0, "int32"), IMPORT_ATTR, tvm.ir.StringImm(LLVM_IR)):
         nest(the_plan.others, over_pairs)
+
+
+def weight_word(the_plan, mapping, position, row, rewriter, analyzer) -> list:
+    """The indices in the pair copy of the word holding the weight's read at `mapping` (the
+    block's axes, the pair axis at an even s) for the node at (position, row)."""
+    # (an index that is a bare axis maps to an expression: structural_map keeps a root's type)
+    at = [analyzer.simplify(rewriter(mapping, position, row)(_rooted(i)))
+          for i in the_plan.layout.index(the_plan.weight.indices, the_plan.inner)]
+    return [at[0], analyzer.simplify(tirx.floordiv(at[1], 2)), at[2]]
 
 
 def _rooted(index):

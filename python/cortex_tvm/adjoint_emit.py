@@ -72,13 +72,14 @@ class StageEmitter:
     """The TIR for one stage's level: the stage (`lower.Stage`) and its numpy twin
     (`stage_numpy.StageNumpy`, whose block keys name the value and adjoint arrays)."""
 
-    def __init__(self, stage, numpy_stage, lanes: int, shares: int = 1, vectors: int = 1, bf16: bool = False):
+    def __init__(self, stage, numpy_stage, lanes: int, shares: int = 1, vectors: int = 1, bf16: bool = False,
+                 amx: bool = False):
         #: lanes: float32 lanes of a vector; shares: the runs a level's nodes are split into
         #: in a parallel loop (the cores); vectors: a register tile's vectors per row
         #: (`adjoint_nest.tile_vectors`); bf16: contractions over weights' pair copies on
-        #: `vdpbf16ps` (`adjoint_bf16`)
+        #: `vdpbf16ps` (`adjoint_bf16`); amx: their whole tiles on AMX tiles (`adjoint_amx`)
         self.stage, self.lanes, self.shares, self.vectors = stage, lanes, shares, vectors
-        self.bf16 = bf16
+        self.bf16, self.amx = bf16, bf16 and amx
         tir_blocks = list(sblocks(stage.func.body.block.body))
         if len(tir_blocks) != len(numpy_stage.blocks):
             raise Unsupported("the stage's blocks and their numpy reading differ")

@@ -52,7 +52,7 @@ NAMES = {"all": {True: PARALLEL, False: SERIAL},
 
 def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: int = 8,
                parallel: bool = True, cores: int = 1, part: str = "all", transient=None, gpu: bool = False,
-               vectors: int = 1, bf16: bool = False) -> tuple:
+               vectors: int = 1, bf16: bool = False, amx: bool = False) -> tuple:
     """(PrimFunc, its parameters) of the level pass for the stages "leaf" and "internal"
     (`lower.build_stage`) and their `StageNumpy` twins; `lanes`: float32 lanes of a vector;
     parallel: each level's nodes in `cores` runs in a parallel loop (PARALLEL), or in a serial
@@ -89,12 +89,14 @@ def level_pass(stages: dict, numpy_stages: dict, program: ra.RecProgram, lanes: 
     (`transient_blocks`): their value parameters are ("transient", stage, key, row shape)
     instead, arrays of rows by position in a level (`StageEmitter.transient`): one level's
     nodes for "forward", all of the stage's for "all".
-    vectors: a register tile's vectors per node (`adjoint_nest.tile_vectors`).
+    vectors: a register tile's vectors per node (`adjoint_nest.tile_vectors`).  bf16: the
+    contractions on bfloat16 pairs (`adjoint_bf16`); amx: their whole tiles on AMX tiles
+    (`adjoint_amx`; a CPU with AMX-BF16).
     gpu: the same function laid out for a GPU (`adjoint_gpu`: a level's nodes on thread
     blocks, a nest's elements on threads, the level loop on the host).
     Raises Unsupported where a stage has a shape this does not emit."""
     emitters = {name: GpuStageEmitter(stages[name], numpy_stages[name], grid=None) if gpu else
-                StageEmitter(stages[name], numpy_stages[name], lanes, cores, vectors, bf16)
+                StageEmitter(stages[name], numpy_stages[name], lanes, cores, vectors, bf16, amx)
                 for name in ("leaf", "internal")}
     sum_nest, add_rows = (adjoint_gpu.emit_weight_read, adjoint_gpu.emit_add_rows) if gpu else \
         (emit_weight_read, functools.partial(_emit_add_rows, lanes=lanes))

@@ -25,7 +25,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
-from . import adjoint_bf16
+from . import adjoint_amx, adjoint_bf16
 from .adjoint_runs import NODE_TILE
 from .linearize import NULL_SLOT
 from .target import bytes_of
@@ -79,6 +79,8 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
     scratch = None
     if pairs is not None:    # (the stage's rows bound a run's nodes, and are known where the function starts)
         scratch = adjoint_bf16.round_operands(pairs, run, bufs["adj"][block.key].shape[0], rewriter)
+        if emitter.amx:
+            adjoint_amx.load_config(NODE_TILE, pairs.extent // 2 % adjoint_amx.PAIRS)
 
     @contextlib.contextmanager
     def real_child(outer_map, position, row):
@@ -112,12 +114,15 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         past its whole vectors are one short vector of the same tile (`lane_loops`)."""
         summing = width if pairs is None else adjoint_bf16.padded_width(width)
         acc = Tb.alloc_buffer((level.tile_size, summing), "float32", scope="local")
+        on_tiles = level.tile_size == NODE_TILE and adjoint_amx.takes(emitter, pairs, summing)
+
         def lanes_of(body, width=width, vector=vector):
             lane_loops(width, vector, lambda lane: body(lane, {inner[0]: column_of(lane)} if inner else {}),
                        emitter.lanes)
-        with Tb.unroll(0, level.tile_size) as t:
-            lanes_of(lambda lane, _: Tb.buffer_store(acc, tirx.const(0.0, "float32"), [t, lane]),
-                    summing, vector or pairs is not None)
+        if not on_tiles:
+            with Tb.unroll(0, level.tile_size) as t:
+                lanes_of(lambda lane, _: Tb.buffer_store(acc, tirx.const(0.0, "float32"), [t, lane]),
+                        summing, vector or pairs is not None)
 
         def accumulate(m):
             with Tb.unroll(0, level.tile_size) as t:
@@ -127,7 +132,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         if pairs is None:
             nest(summed, accumulate)
         else:
-            adjoint_bf16.accumulate(pairs, scratch, run, level, acc, summing, column_of,
+            (adjoint_amx if on_tiles else adjoint_bf16).accumulate(pairs, scratch, run, level, acc, summing, column_of,
                                     lambda m, column: {**outer_map, **m, inner[0]: column}, rewriter, axes_grid)
         with level.nodes(positions=True, tile_index=True) as (position, row, t):
             with real_child(outer_map, position, row):

@@ -38,6 +38,7 @@ import tvm
 from tvm import tirx
 from tvm.script.ir_builder import tirx as Tb
 
+from . import adjoint_amx
 from .adjoint_bf16 import padded_width
 from .dot_bf16 import IMPORT_ATTR, LANES, LLVM_IR, PAIR_STORAGE, dot_pairs, pair_bits
 from .tir_builder import column_chunks, lane_loops, unravel, uses, values_of
@@ -54,15 +55,15 @@ PAIR_PACK_NODES = 64
 
 
 def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, lanes, width, shares,
-                pairs: bool = False):
+                pairs: bool = False, amx: bool = False):
     """out = sum over the nodes [0, count) of rows(n, tiled axis, ...) * columns(n, vector axis, ...)
     (module docstring); rewrite(e, mapping, n): `e` for node n at the block axes' `mapping`;
     `axes`: out's, in its order; `tiled`/`inner`: the row and the vector axis, (var, extent);
     `others`: out's remaining axes; `width`: columns of a register tile; `shares`: cores.
-    pairs: bfloat16 products on `vdpbf16ps` (`lanes` must be its 16)."""
+    pairs: bfloat16 products on `vdpbf16ps` (`lanes` must be its 16); amx: on AMX tiles (`_AmxPairs`)."""
     if pairs and lanes != LANES:            # (the callers ask `adjoint_bf16.takes_pairs` first)
         raise ValueError(f"emit_packed: pairs take vectors of {LANES} float32 lanes (vdpbf16ps'), not {lanes}")
-    form = _Pairs(width) if pairs else _Float32(lanes)
+    form = (_AmxPairs if amx else _Pairs)(width) if pairs else _Float32(lanes)
     extent, columns_extent = int(tiled[1]), int(inner[1])
     by_column = [a for a in others if uses(columns, a[0])]
     by_row = [a for a in others if not uses(columns, a[0])]
@@ -78,11 +79,13 @@ def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, 
         first, last = Tb.bind(share * jobs // shares), Tb.bind((share + 1) * jobs // shares)
         column_panel = Tb.alloc_buffer((column_combos * panel,), form.dtype)
         row_panel = Tb.alloc_buffer((form.steps * TILE,), form.dtype, scope="local")
+        if amx:
+            adjoint_amx.load_config(TILE)
         with Tb.serial(0, node_blocks(count, form.nodes)) as node_block:
             # the block's steps that hold a node (the last block's fewer): no pack or sum of zeros past them
             rest = count - node_block * form.nodes
-            steps = Tb.bind(tirx.min(form.steps, rest if form.per_step == 1
-                                     else (rest + form.per_step - 1) // form.per_step))
+            steps = form.steps if amx else Tb.bind(tirx.min(form.steps, rest if form.per_step == 1
+                                                           else (rest + form.per_step - 1) // form.per_step))
             with Tb.serial(0, column_combos) as combo:
                 with Tb.serial(0, steps) as step:
                     n = node_block * form.nodes + step * form.per_step
@@ -101,7 +104,7 @@ def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, 
                     n = node_block * form.nodes + step * form.per_step
                     form.fill_rows(lambda t, row: Tb.buffer_store(
                         row_panel, form.word(lambda m: value(rows, {**row_map, tiled[0]: row}, m), n),
-                        [step * TILE + t]), tile, extent)
+                        [form.row_at(step, t)]), tile, extent)
                 with Tb.serial(0, column_combos) as combo:
                     def sums(column_of, width_, vector):
                         acc = Tb.alloc_buffer((TILE, form.summed_width(width_)), "float32", scope="local")
@@ -139,6 +142,11 @@ class _Float32:
 
     def word(self, value_at, n):
         return value_at(n)
+
+    @staticmethod
+    def row_at(step, t):
+        """The row panel's word of the tile's row t at `step`: a step's TILE rows side by side."""
+        return step * TILE + t
 
     def fill_rows(self, fill, tile, extent):
         """fill(t, row) for each of the tile's TILE rows: a whole tile's in one vector; the last,
@@ -185,6 +193,7 @@ class _Pairs:
     #: (a node's rows of a whole tile as one vector load: with the last tile's `min` on every lane, LLVM built
     #: each tile of the row panel element by element, 8% of the bf16 backward's samples, Zen 4)
     fill_rows = _Float32.fill_rows
+    row_at = staticmethod(_Float32.row_at)
 
     def summed_width(self, width_):
         return padded_width(width_)
@@ -198,6 +207,31 @@ class _Pairs:
                         lanes = [t, tirx.Ramp(vector_ * LANES, 1, LANES)]
                         Tb.buffer_store(acc, dot_pairs(acc[lanes], row_panel[pair * TILE + t],
                                                        column_panel[tirx.Ramp(start, 1, LANES)]), lanes)
+
+
+class _AmxPairs(_Pairs):
+    """`_Pairs` on AMX tiles (`adjoint_amx`): C the tile's TILE rows x 16 columns, A the rows'
+    pairs of 16 steps, B 16 steps of a column panel's 16 columns.  An A tile's row is one row's
+    pairs, so the row panel holds each row's steps one after another; every step of a block is
+    packed and summed (the last block's steps past the last node hold zeros)."""
+
+    def row_at(self, step, t):
+        return t * self.steps + step
+
+    def fill_rows(self, fill, tile, extent):
+        with Tb.unroll(0, TILE) as t:
+            fill(t, tirx.min(tile * TILE + t, extent - 1))
+
+    def accumulate(self, acc, row_panel, column_panel, base, column_of, width_, vector, steps):
+        summed = padded_width(width_)
+        vectors = summed // LANES
+        adjoint_amx.tiles_io("llvm.x86.tileloadd64", vectors, acc, summed)
+        for first in range(0, steps, adjoint_amx.PAIRS):
+            b_at = [tirx.address_of(column_panel[base + self.panel_at(column_of, width_, first, v * LANES)])
+                    for v in range(vectors)]
+            adjoint_amx.tile_dot(range(vectors), adjoint_amx.A, tirx.address_of(row_panel[first]), 4 * self.steps,
+                                 adjoint_amx.B, b_at, 4 * self.width)
+        adjoint_amx.tiles_io("llvm.x86.tilestored64", vectors, acc, summed)
 
 
 def grid_at(combo, grid) -> dict:

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import tvm
 
-from . import ra
+from . import amx_bf16, ra
 from .adjoint_emit import StageEmitter
 from .adjoint_kernel import NAMES, level_pass, transient_blocks
 from .adjoint_nest import tile_vectors
@@ -39,6 +39,8 @@ class LevelPass:
         gpu = target.kind.name == "cuda"
         #: whether the contractions take bfloat16 products (`adjoint_bf16`)
         self.bf16 = bf16
+        #: whether their whole tiles run on AMX tiles (`adjoint_amx`): bf16 on a CPU with AMX-BF16
+        self.amx = bf16 and not gpu and amx_bf16.has_feature(target)
         # (a GPU's levels put each node on a thread block: the forward pays from one node a level)
         info = None if gpu else cpu_info(target)
         lanes, cores = (GPU_LANES, 1) if gpu else (info.lanes, info.cores)
@@ -78,7 +80,8 @@ class LevelPass:
         target (gpu=None), or for a GPU (True) or the CPU (False) whatever the target."""
         gpu = self._gpu if gpu is None else gpu
         return level_pass(*self._stages, self._program, self._lanes, parallel, self.cores, part, self.transient,
-                          gpu=gpu, vectors=1 if gpu else self._vectors, bf16=self.bf16 and not gpu)
+                          gpu=gpu, vectors=1 if gpu else self._vectors, bf16=self.bf16 and not gpu,
+                          amx=self.amx and not gpu)
 
     def forward_pays(self, lin) -> bool:
         """Whether the "forward" part (store: every block's value kept) costs less than the

@@ -145,7 +145,7 @@ def emit_weight_read(emitter, block, stand_in, load, coeff, axes, out, bufs, off
     factors = _factors(coeff, tiled, inner) if not summed else None
     if factors is not None:
         emit_packed(rewrite, *factors, tiled, inner, others, axes, out, count, emitter.lanes, width, emitter.shares,
-                    pairs=adjoint_bf16.takes_pairs(emitter))
+                    pairs=adjoint_bf16.takes_pairs(emitter), amx=emitter.amx)
         return
     tile_size = TILE if tiled else 1
 

@@ -35,9 +35,35 @@ from .target import has_features, host_isa
 FEATURES = ("amx-tile", "amx-bf16")
 #: the LLVM intrinsic whose calls mark AMX code (`uses_amx`)
 DOT = "llvm.x86.tdpbf16ps"
+#: bytes of a tile's row (16 float32 columns, or 16 bfloat16 pairs) and of a tile configuration
+ROW_BYTES, CONFIG_BYTES = 64, 64
 
 _SYS_ARCH_PRCTL, _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA = 158, 0x1023, 18
 _permission = []
+
+
+# ----------------------------------------------------------------------------- TIR
+def intrin(name, *args):
+    """The statement calling the LLVM intrinsic `name` (AMX's take the tile register as an
+    immediate: `tile`)."""
+    return tirx.Evaluate(tirx.call_llvm_intrin("void", name, *args))
+
+
+def tile(index):
+    """Tile register `index` as the intrinsics take it."""
+    return tirx.const(index, "uint8")
+
+
+def config_bytes(shapes: dict) -> list:
+    """The CONFIG_BYTES bytes of a tile configuration (palette 1) for {tile register: (rows,
+    bytes a row)}, each an int or, for rows, a uint8 expression; the rest zero.  `ldtilecfg`
+    loads it; a configuration is a thread's state: each thread that runs tiles loads one."""
+    values = [0] * CONFIG_BYTES
+    values[0] = 1
+    for t, (rows, colsb) in shapes.items():
+        values[16 + 2 * t] = colsb          # (a little-endian uint16: its high byte stays 0)
+        values[48 + t] = rows
+    return [tirx.const(v, "uint8") if isinstance(v, int) else v for v in values]
 
 
 # ----------------------------------------------------------------------------- targets

@@ -21,7 +21,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from .amx_bf16 import DOT
+from .amx_bf16 import CONFIG_BYTES, DOT, ROW_BYTES, config_bytes, intrin as _intrin, tile as _tile
 from .dot_bf16 import has_block
 from .tir_builder import substitute, uses, var_dtype
 
@@ -57,14 +57,6 @@ def _unflat(offset, shape):
 
 def _address(buffer, offset, ana):
     return tirx.address_of(tirx.BufferLoad(buffer, [ana.simplify(i) for i in _unflat(offset, buffer.shape)]))
-
-
-def _intrin(name, *args):
-    return tirx.Evaluate(tirx.call_llvm_intrin("void", name, *args))
-
-
-def _tile(index):
-    return tirx.const(index, "uint8")
 
 
 def _dot_call(stmt, update):
@@ -174,14 +166,10 @@ class _Nest:
         block = tirx.Var("amx_block", var_dtype(node))
         rows = tirx.Var("amx_rows", var_dtype(node))
         first = block * ROWS
-        config = tirx.decl_buffer((64,), "uint8", name="amx_config", scope="local")
+        config = tirx.decl_buffer((CONFIG_BYTES,), "uint8", name="amx_config", scope="local")
         staging = tirx.decl_buffer((ROWS, ROW_ELEMENTS), "float32", name="amx_tile", scope="local")
-        body = [self._zero_config(config)]
-        body.append(tirx.BufferStore(config, tirx.const(1, "uint8"), [0]))      # palette 1
-        for t in range(8):
-            body.append(tirx.BufferStore(config, tirx.const(4 * ROW_ELEMENTS, "uint8"), [16 + 2 * t]))
-            body.append(tirx.BufferStore(config, tirx.const(ROWS, "uint8") if t == B_TILE
-                                         else tirx.Cast("uint8", rows), [48 + t]))
+        shapes = {t: (ROWS if t == B_TILE else tirx.Cast("uint8", rows), ROW_BYTES) for t in range(8)}
+        body = [tirx.BufferStore(config, value, [i]) for i, value in enumerate(config_bytes(shapes))]
         body.append(_intrin("llvm.x86.ldtilecfg", tirx.address_of(tirx.BufferLoad(config, [0]))))
         x_stride = tirx.const(4 * self.x_row, "int64")
         w_stride = tirx.const(4 * int(self.w.shape[-1]), "int64")
@@ -225,11 +213,6 @@ class _Nest:
         return [_intrin("llvm.x86.tilestored64", _tile(tile), tirx.address_of(tirx.BufferLoad(staging, [0, 0])),
                         tirx.const(4 * ROW_ELEMENTS, "int64")),
                 tirx.For(row, 0, rows, tirx.ForKind.SERIAL, copy)]
-
-    @staticmethod
-    def _zero_config(config):
-        i = tirx.Var("amx_byte", "int32")
-        return tirx.For(i, 0, 64, tirx.ForKind.SERIAL, tirx.BufferStore(config, tirx.const(0, "uint8"), [i]))
 
 
 def _node_loops(stmt, update, init, outer, out):

@@ -1,0 +1,121 @@
+"""compile(training=True, precision="bf16") on a CPU with AMX-BF16: the level pass's whole register
+tiles and the weight sums' packed products on AMX tiles (`adjoint_amx`).
+
+* the IR (built on any machine, not run): TreeLSTM h = 38, x = 22 (19 pairs: a step of 16 and a
+  rest of 3; 11 pairs: a rest alone; chunks of 32 + 6 and 16 + 6 columns): which tiles read which
+  arrays, the rest tiles of nodes still on `vdpbf16ps`;
+* the numbers, on an AMX CPU: the gradients equal float64 autograd through the eager recursion
+  whose products round their inputs to bfloat16, as the `vdpbf16ps` pass's do
+  (test_bf16_training.py), at those ragged sizes (a chunk's short last vector once shrank the
+  tiles' array under TVM's buffer compaction: wrong sums, NaN);
+* the CPU decides: AMX where it has AMX-BF16, `vdpbf16ps` alone elsewhere.
+"""
+import re
+
+import numpy as np
+import pytest
+
+import cortex_tvm as ct
+from cortex_tvm import adjoint_kernel, amx_bf16, lower
+from cortex_tvm.stage_numpy import StageNumpy
+from cortex_tvm.target import host_isa
+
+torch = pytest.importorskip("torch")
+
+from .eager import EagerTreeLSTM  # noqa: E402 - needs torch
+
+H, X = 38, 22
+
+needs_amx_cpu = pytest.mark.skipif(
+    not set(amx_bf16.FEATURES) <= host_isa(),
+    reason="runs AMX tiles: this CPU has no AMX-BF16 (Intel Sapphire Rapids and later); the IR test still ran")
+
+
+def _pass_text(part, amx=True):
+    model = ct.models.TreeLSTM(H, 50, embed_size=X)
+    stages = {n: lower.build_stage(model.program, n) for n in ("leaf", "internal")}
+    func, _ = adjoint_kernel.level_pass(stages, {n: StageNumpy(s) for n, s in stages.items()}, model.program,
+                                        lanes=16, cores=2, part=part, bf16=True, amx=amx)
+    return func.script()
+
+
+def _tile_loads(text) -> set:
+    """{(tile register, the array it loads from)}, the pair views named "pairs"."""
+    views = set(re.findall(r'(\w+) = \w+\.view\("uint32"\)', text))
+    found = re.findall(r'"llvm.x86.tileloadd64", T.uint8\((\d)\), T.address_of\((\w+)\[', text)
+    return {(int(tile), "pairs" if name in views else name) for tile, name in found}
+
+
+def test_the_amx_level_pass_ir():
+    forward, backward = _pass_text("forward"), _pass_text("backward")
+    # the forward's gates: A (4, and 6 for the rest of the pairs) the nodes' rounded pairs, B (5, 7) U's and W's
+    # transposed pair copies: U's 19 pairs a step of 16 and a rest, W's 11 a rest alone
+    assert _tile_loads(forward) == {(4, "pairs"), (6, "pairs"), (5, "U_T"), (7, "U_T"), (7, "W_T")}
+    # the backward's d h and d emb on the widened copies (19 pairs of dG each)
+    loads = _tile_loads(backward)
+    assert {(4, "pairs"), (6, "pairs"), (5, "U_panels"), (7, "U_panels"), (5, "W_panels"), (7, "W_panels")} < loads
+    # the sums dU, dW: the accumulators (0) loaded from the register tile, A (4) from the row panel (a
+    # local array), B (5) from the column panel (TVMScript may name a panel as a pair view of another scope)
+    column_panels = set(re.findall(r'(\w+) = T.alloc_buffer\(\(\d+,\), "uint32"\)', backward))
+    row_panels = set(re.findall(r'(\w+) = T.alloc_local\(\(\d+,\), "uint32"\)', backward))
+    raw = set(re.findall(r'"llvm.x86.tileloadd64", T.uint8\((\d)\), T.address_of\((\w+)\[', backward))
+    assert any(("5", name) in raw for name in column_panels) and any(("4", name) in raw for name in row_panels)
+    assert any(tile == "0" and name not in column_panels | row_panels for tile, name in raw)
+    for text in (forward, backward):
+        # each nest on tiles loads its configuration; the rest tiles of nodes stay on vdpbf16ps
+        assert text.count('"llvm.x86.ldtilecfg"') >= 2 and "cortex_dpbf16ps" in text
+    # every accumulator the forward's tiles start from zero is stored into the register tile
+    assert forward.count('"llvm.x86.tilestored64"') == forward.count('"llvm.x86.tilezero"') > 0
+    assert "tileloadd64" not in _pass_text("forward", amx=False)
+
+
+@pytest.fixture(scope="module")
+def amx_treelstm(sst):
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(H, len(vocab), seed=5, embed_size=X)
+    return trees[:20], model, model.compile(training=True, precision="bf16")
+
+
+def _difference(got, want) -> float:
+    assert sorted(got) == sorted(want)
+    return max(float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want)
+
+
+@needs_amx_cpu
+@pytest.mark.parametrize("all_nodes", [False, True])
+def test_amx_gradients_equal_autograd_of_products_on_bf16_inputs(amx_treelstm, all_nodes):
+    trees, model, compiled = amx_treelstm
+    assert compiled.adjoint.level_pass.amx
+    rng = np.random.default_rng(3)
+    out, vjp = compiled.vjp(trees, all_nodes=all_nodes)
+    if all_nodes:
+        directions = [rng.standard_normal(o.shape) for o in out]
+        got = vjp([d.astype(np.float32) for d in directions])
+
+        def loss_of(m):
+            return sum((h * torch.tensor(d)).sum() for h, d in zip(m(trees)[1], directions))
+    else:
+        direction = rng.standard_normal((len(trees), H))
+        got = vjp(direction.astype(np.float32))
+
+        def loss_of(m):
+            return (m(trees)[0] * torch.tensor(direction)).sum()
+    grads = {}
+    for bf16 in (True, False):
+        eager = EagerTreeLSTM(model.weights, bf16=bf16)
+        loss_of(eager).backward()
+        grads[bf16] = {name: p.grad.numpy() for name, p in eager.named_parameters()}
+    assert all(np.isfinite(g).all() for g in got.values())
+    # (4e-5 with the roots' loss, 2.6e-4 with all nodes': the tiles sum in another order than the emulation;
+    # 2.7e-3 and 3.3e-3 from the exact gradients)
+    assert _difference(got, grads[True]) < 5e-4
+    assert _difference(got, grads[False]) > 10 * _difference(got, grads[True])
+
+
+def test_the_cpu_decides_amx():
+    """bf16 training takes the tiles where this CPU has AMX-BF16 (the host target's LLVM model, Sapphire Rapids
+    here), `vdpbf16ps` alone elsewhere (Zen 4); float32 never."""
+    model = ct.models.TreeLSTM(16, 20)
+    assert model.compile(training=True, precision="bf16").adjoint.level_pass.amx is (
+        set(amx_bf16.FEATURES) <= host_isa())
+    assert model.compile(training=True).adjoint.level_pass.amx is False
