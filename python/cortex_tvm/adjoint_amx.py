@@ -1,6 +1,7 @@
 """The level pass's bfloat16 contractions (`adjoint_bf16`) on Intel AMX tiles, where the CPU has
-AMX-BF16: a whole register tile's sums (NODE_TILE nodes x up to C_TILES vectors of 16 columns) as
-`tdpbf16ps` on tiles, in place of one `vdpbf16ps` per node, vector and pair.
+AMX-BF16: a register tile's sums (up to NODE_TILE nodes x C_TILES vectors of 16 columns) as
+`tdpbf16ps` on tiles, in place of one `vdpbf16ps` per node, vector and pair.  The weight sums'
+packed products take the same tiles (`adjoint_packed._AmxPairs`).
 
 On Sapphire Rapids `vdpbf16ps` issues at the rate of a float32 FMA, so pairs alone made the
 training step no faster than float32 (docs/training.md, "Speed"); one `tdpbf16ps` of 8 rows
@@ -16,7 +17,7 @@ does the work of 128 of them.  The operands already lie as the tiles read them:
 
 The pair axis runs in steps of 16 pairs, then one step of the rest (A_REST, B_REST, configured
 for that many pairs), so no tile reads past the operands.  TreeLSTM's forward at h = 150, for
-each child j and whole tile of 8 nodes, a chunk of 32 columns (2 vectors)::
+each child j and whole tile of 8 nodes, a chunk of 64 columns (4 vectors; `vdpbf16ps` took 32)::
 
     before: for kp in range(75): for node in range(8): for v in range(2):
                 acc[node, v] = vdpbf16ps(acc[node, v], x_pairs[node, j, kp], U_T[panel_v, j*75 + kp, :])
@@ -27,8 +28,10 @@ each child j and whole tile of 8 nodes, a chunk of 32 columns (2 vectors)::
             A_REST, B_REST = pairs 64..74 (11 of them); for v: tdpbf16ps(C_v, A_REST, B_REST)
             for v: tilestore(&acc[0, 16 v], C_v)
 
-Each nest loads its configuration once per thread (`load_config`) before its tiles.  A rest tile
-(fewer than NODE_TILE nodes) keeps `vdpbf16ps`.
+Each nest loads its configuration once per thread (`load_config`) before its tiles.  Every tile
+is NODE_TILE rows: a rest tile of the run (1, 2 or 4 nodes) reads the scratch's next rows too (the
+scratch has NODE_TILE rows of padding), and its sums there go unwritten; it costs a whole tile,
+and the tiles of 1, 2 and 4 nodes on `vdpbf16ps` cost more (docs/bench-2026-12-07/amx-train/ab.txt).
 """
 from __future__ import annotations
 
@@ -51,8 +54,8 @@ PAIRS = 16
 
 
 def takes(emitter, the_plan, width: int) -> bool:
-    """Whether a whole tile of the nest `the_plan` (`adjoint_bf16.Plan`) with `width` columns
-    (whole vectors) runs on tiles: an AMX emitter, and no more vectors than C_TILES."""
+    """Whether the tiles of the nest `the_plan` (`adjoint_bf16.Plan`, or None) with `width` columns
+    (whole vectors) run on AMX tiles: an AMX emitter, and no more vectors than C_TILES."""
     return the_plan is not None and emitter.amx and width // LANES <= C_TILES
 
 
@@ -95,8 +98,8 @@ def tiles_io(name, vectors, acc, width):
 
 
 def accumulate(the_plan, scratch, run, level, acc, width, column_of, mapping_of, rewriter, nest):
-    """`adjoint_bf16.accumulate`'s sums for a whole tile, on AMX tiles (the same arguments);
-    `acc` gets the sums (no init needed)."""
+    """`adjoint_bf16.accumulate`'s sums for a tile of the run (`level`), on AMX tiles (the same
+    arguments; `acc` NODE_TILE rows, whatever the tile's nodes): `acc` gets the sums, no init needed."""
     vectors, analyzer = width // LANES, tvm.sym.Analyzer()
     pairs = the_plan.extent // 2
     position, row = level.node(0)

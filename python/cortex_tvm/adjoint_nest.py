@@ -78,7 +78,9 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
     pairs = adjoint_bf16.plan(emitter, coeff, bufs, inner, summed, outer)
     scratch = None
     if pairs is not None:    # (the stage's rows bound a run's nodes, and are known where the function starts)
-        scratch = adjoint_bf16.round_operands(pairs, run, bufs["adj"][block.key].shape[0], rewriter)
+        # (an AMX tile reads NODE_TILE rows whatever its nodes: the rows past a rest tile's are padding)
+        rows = bufs["adj"][block.key].shape[0] + (NODE_TILE if emitter.amx else 0)
+        scratch = adjoint_bf16.round_operands(pairs, run, rows, rewriter)
         if emitter.amx:
             adjoint_amx.load_config(NODE_TILE, pairs.extent // 2 % adjoint_amx.PAIRS)
 
@@ -103,8 +105,11 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
 
     def tile_width(tile_size):
         """Columns of a tile of `tile_size` nodes: `tile_sums` / tile_size vectors, but no more
-        than the whole vectors of the indices' last axis."""
+        than the whole vectors of the indices' last axis; on AMX tiles (`adjoint_amx`), whatever
+        its nodes, C_TILES vectors (an operand tile serves each)."""
         whole = int(inner[1]) // emitter.lanes if inner else 1
+        if adjoint_amx.takes(emitter, pairs, emitter.lanes):
+            return emitter.lanes * max(1, min(adjoint_amx.C_TILES, whole))
         return emitter.lanes * max(1, min(tile_sums(tile_size, emitter.vectors) // tile_size, whole))
 
     def accumulate_tile(outer_map, level, column_of, width, vector):
@@ -113,8 +118,8 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         independent sums in flight, not one chain of dependent FMAs); a chunk's last columns
         past its whole vectors are one short vector of the same tile (`lane_loops`)."""
         summing = width if pairs is None else adjoint_bf16.padded_width(width)
-        acc = Tb.alloc_buffer((level.tile_size, summing), "float32", scope="local")
-        on_tiles = level.tile_size == NODE_TILE and adjoint_amx.takes(emitter, pairs, summing)
+        on_tiles = adjoint_amx.takes(emitter, pairs, summing)
+        acc = Tb.alloc_buffer((NODE_TILE if on_tiles else level.tile_size, summing), "float32", scope="local")
 
         def lanes_of(body, width=width, vector=vector):
             lane_loops(width, vector, lambda lane: body(lane, {inner[0]: column_of(lane)} if inner else {}),

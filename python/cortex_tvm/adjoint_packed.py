@@ -52,6 +52,11 @@ PACK_NODES = 32
 #: Zen 4, TreeLSTM h = 150, x = 300, batch 25, paired A/Bs against float32: the backward call
 #: 0.78-0.84x of float32's with 64, 0.85-0.86x with 32 (docs/bench-2026-12-07/bf16-train/pack_nodes.txt, ab.txt)
 PAIR_PACK_NODES = 64
+#: nodes per block of the nest on AMX tiles (a block's steps trimmed to whole tile steps).  Sapphire Rapids,
+#: TreeLSTM h = 150, x = 300, the bf16 step against blocks of 64 (one process, rounds alternating): 128 -3.6% /
+#: -1.2% at batch 25 / 10, 256 -4.3% / -4.1%, 512 -3.4% / +1.9% (untrimmed); 256 trimmed -5.8% / -4.8% / -2.2%
+#: at batch 25 / 10 / 1 (docs/bench-2026-12-07/amx-train/ab.txt)
+AMX_PACK_NODES = 256
 
 
 def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, lanes, width, shares,
@@ -84,8 +89,10 @@ def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, 
         with Tb.serial(0, node_blocks(count, form.nodes)) as node_block:
             # the block's steps that hold a node (the last block's fewer): no pack or sum of zeros past them
             rest = count - node_block * form.nodes
-            steps = form.steps if amx else Tb.bind(tirx.min(form.steps, rest if form.per_step == 1
-                                                           else (rest + form.per_step - 1) // form.per_step))
+            # (on AMX tiles whole steps of the tiles' PAIRS, the nodes past the last zeros)
+            held = rest if form.per_step == 1 else (rest + form.per_step - 1) // form.per_step
+            steps = Tb.bind(tirx.min(form.steps, (held + adjoint_amx.PAIRS - 1) // adjoint_amx.PAIRS * adjoint_amx.PAIRS
+                                     if amx else held))
             with Tb.serial(0, column_combos) as combo:
                 with Tb.serial(0, steps) as step:
                     n = node_block * form.nodes + step * form.per_step
@@ -211,9 +218,15 @@ class _Pairs:
 
 class _AmxPairs(_Pairs):
     """`_Pairs` on AMX tiles (`adjoint_amx`): C the tile's TILE rows x 16 columns, A the rows'
-    pairs of 16 steps, B 16 steps of a column panel's 16 columns.  An A tile's row is one row's
-    pairs, so the row panel holds each row's steps one after another; every step of a block is
-    packed and summed (the last block's steps past the last node hold zeros)."""
+    pairs of 16 steps, B 16 steps of a column panel's 16 columns, AMX_PACK_NODES nodes a block.
+    An A tile's row is one row's pairs, so the row panel holds each row's steps one after another;
+    a block's steps are packed and summed in whole steps of the tiles (the last block's steps past
+    its last node hold zeros)."""
+
+    def __init__(self, width):
+        super().__init__(width)
+        self.nodes = AMX_PACK_NODES
+        self.steps = AMX_PACK_NODES // 2
 
     def row_at(self, step, t):
         return t * self.steps + step
@@ -226,7 +239,8 @@ class _AmxPairs(_Pairs):
         summed = padded_width(width_)
         vectors = summed // LANES
         adjoint_amx.tiles_io("llvm.x86.tileloadd64", vectors, acc, summed)
-        for first in range(0, steps, adjoint_amx.PAIRS):
+        with Tb.serial(0, steps // adjoint_amx.PAIRS) as chunk:
+            first = chunk * adjoint_amx.PAIRS
             b_at = [tirx.address_of(column_panel[base + self.panel_at(column_of, width_, first, v * LANES)])
                     for v in range(vectors)]
             adjoint_amx.tile_dot(range(vectors), adjoint_amx.A, tirx.address_of(row_panel[first]), 4 * self.steps,
