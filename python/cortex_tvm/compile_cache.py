@@ -146,6 +146,10 @@ def build_module(mod: tvm.IRModule, target: Target, pass_config: dict | None = N
             if key in _cache:
                 return _cache[key]
         disk = _disk_path(mod, target, pass_config)
+        # (a library from the disk cache runs AMX code too: its process asks for the tile state first,
+        # or the first tile instruction stops it, SIGILL)
+        if disk:
+            amx_bf16.check_target(mod, target)
         executable = _disk_load(disk) if disk else None
         if executable is None:
             executable = compile_module(mod, target, pass_config)

@@ -8,9 +8,15 @@ tiles and the weight sums' packed products on AMX tiles (`adjoint_amx`).
   whose products round their inputs to bfloat16, as the `vdpbf16ps` pass's do
   (test_bf16_training.py), at those ragged sizes (a chunk's short last vector once shrank the
   tiles' array under TVM's buffer compaction: wrong sums, NaN);
-* the CPU decides: AMX where it has AMX-BF16, `vdpbf16ps` alone elsewhere.
+* the CPU decides: AMX where it has AMX-BF16, `vdpbf16ps` alone elsewhere;
+* a process that loads AMX code from the disk cache (CORTEX_TVM_CACHE_DIR: the pass, or the inference
+  kernel) asks Linux for the tile state as one that builds it does (it stopped at the first tile
+  instruction, SIGILL).
 """
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -120,3 +126,29 @@ def test_the_cpu_decides_amx():
     assert model.compile(training=True, precision="bf16").adjoint.level_pass.amx is (
         set(amx_bf16.FEATURES) <= host_isa())
     assert model.compile(training=True).adjoint.level_pass.amx is False
+
+
+CACHED_RUNS = {"training": """
+import numpy as np, cortex_tvm as ct
+trees, vocab = ct.data.sst_sample()
+model = ct.models.TreeLSTM(hidden_size=32, vocab_size=len(vocab), seed=0, embed_size=32)
+out, vjp = model.compile(training=True, precision="bf16").vjp(trees[:5])
+print(float(np.abs(vjp(np.ones_like(out))["U"]).sum()))
+""", "inference": """
+import numpy as np, cortex_tvm as ct
+trees, vocab = ct.data.sst_sample()
+model = ct.models.TreeLSTM(hidden_size=64, vocab_size=len(vocab), seed=0)
+print(float(np.abs(model.compile(precision="bf16")(trees[:5])).sum()))
+"""}
+
+
+@needs_amx_cpu
+@pytest.mark.parametrize("kind", sorted(CACHED_RUNS))
+def test_amx_code_from_the_disk_cache_runs(tmp_path, kind):
+    """The training pass, and the inference kernel's tiles (`amx_bf16`) alike."""
+    env = {**os.environ, "CORTEX_TVM_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", CACHED_RUNS[kind]], env=env, capture_output=True, text=True,
+                           timeout=600) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[1].stderr[-2000:]
+    assert any(name.endswith(".so") for name in os.listdir(tmp_path))        # (the second run loaded the first's)
+    assert float(runs[0].stdout) == float(runs[1].stdout) > 0

@@ -19,4 +19,5 @@ for r in range(rounds):
         times[prec].append((time.perf_counter() - start) / 20 * 1e3)
 med = {p: float(np.median(t)) for p, t in times.items()}
 print(f"{name} h={hidden} B={B}: float32 {med['fp32']:.3f} ms, bf16 {med['bf16']:.3f} ms a step "
-      f"(medians of {rounds} rounds of 20), {med['fp32'] / med['bf16']:.2f}x; amx={arms['bf16'].compiled.adjoint.level_pass.amx}")
+      f"(medians of {rounds} rounds of 20), {med['fp32'] / med['bf16']:.2f}x; "
+      f"amx={arms['bf16'].compiled.adjoint.level_pass.amx}")
