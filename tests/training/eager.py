@@ -3,6 +3,7 @@
 One node at a time, no levels, no slots, differentiated by torch.autograd.  Import only after
 `pytest.importorskip("torch")`.
 """
+import numpy as np
 import torch
 
 
@@ -68,3 +69,37 @@ class EagerTreeLSTM(torch.nn.Module):
             roots.append(self.node(t, all_h)[0])
             per_tree.append(torch.stack(all_h))
         return torch.stack(roots), per_tree
+
+
+def eager_grads(weights, loss_of, bf16=False) -> dict:
+    """{weight name: gradient} of loss_of(an `EagerTreeLSTM` of `weights`) through torch.autograd."""
+    eager = EagerTreeLSTM(weights, bf16=bf16)
+    loss_of(eager).backward()
+    return {name: p.grad.numpy() for name, p in eager.named_parameters()}
+
+
+def weight_difference(got, want) -> float:
+    """The largest of max |got - want| / max |want| over the weights."""
+    assert sorted(got) == sorted(want)
+    return max(float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want)
+
+
+def pullbacks(compiled_models, trees, hidden, all_nodes, seed=3):
+    """([each compiled model's vjp gradients], loss_of): one random adjoint on the roots' h (B, hidden), or
+    with all_nodes on every node's, pulled back by each model, and loss_of(an `EagerTreeLSTM`) the loss
+    sum(adjoint * h) whose autograd gradients they should equal."""
+    rng = np.random.default_rng(seed)
+    runs = [compiled.vjp(trees, all_nodes=all_nodes) for compiled in compiled_models]
+    if all_nodes:
+        directions = [rng.standard_normal(o.shape) for o in runs[0][0]]
+        grads = [vjp([d.astype(np.float32) for d in directions]) for _, vjp in runs]
+
+        def loss_of(m):
+            return sum((h * torch.tensor(d)).sum() for h, d in zip(m(trees)[1], directions))
+    else:
+        direction = rng.standard_normal((len(trees), hidden))
+        grads = [vjp(direction.astype(np.float32)) for _, vjp in runs]
+
+        def loss_of(m):
+            return (m(trees)[0] * torch.tensor(direction)).sum()
+    return grads, loss_of

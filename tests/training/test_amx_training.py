@@ -28,7 +28,7 @@ from cortex_tvm.target import host_isa
 
 torch = pytest.importorskip("torch")
 
-from .eager import EagerTreeLSTM  # noqa: E402 - needs torch
+from .eager import eager_grads, pullbacks, weight_difference as _difference  # noqa: E402 - needs torch
 
 H, X = 38, 22
 
@@ -83,35 +83,13 @@ def amx_treelstm(sst):
     return trees[:20], model, model.compile(training=True, precision="bf16")
 
 
-def _difference(got, want) -> float:
-    assert sorted(got) == sorted(want)
-    return max(float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want)
-
-
 @needs_amx_cpu
 @pytest.mark.parametrize("all_nodes", [False, True])
 def test_amx_gradients_equal_autograd_of_products_on_bf16_inputs(amx_treelstm, all_nodes):
     trees, model, compiled = amx_treelstm
     assert compiled.adjoint.level_pass.amx
-    rng = np.random.default_rng(3)
-    out, vjp = compiled.vjp(trees, all_nodes=all_nodes)
-    if all_nodes:
-        directions = [rng.standard_normal(o.shape) for o in out]
-        got = vjp([d.astype(np.float32) for d in directions])
-
-        def loss_of(m):
-            return sum((h * torch.tensor(d)).sum() for h, d in zip(m(trees)[1], directions))
-    else:
-        direction = rng.standard_normal((len(trees), H))
-        got = vjp(direction.astype(np.float32))
-
-        def loss_of(m):
-            return (m(trees)[0] * torch.tensor(direction)).sum()
-    grads = {}
-    for bf16 in (True, False):
-        eager = EagerTreeLSTM(model.weights, bf16=bf16)
-        loss_of(eager).backward()
-        grads[bf16] = {name: p.grad.numpy() for name, p in eager.named_parameters()}
+    (got,), loss_of = pullbacks([compiled], trees, H, all_nodes)
+    grads = {bf16: eager_grads(model.weights, loss_of, bf16) for bf16 in (True, False)}
     assert all(np.isfinite(g).all() for g in got.values())
     # (4e-5 with the roots' loss, 2.6e-4 with all nodes': the tiles sum in another order than the emulation;
     # 2.7e-3 and 3.3e-3 from the exact gradients)

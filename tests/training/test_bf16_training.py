@@ -26,7 +26,7 @@ from cortex_tvm.target import host_features
 torch = pytest.importorskip("torch")
 
 from .cells import tree_fc  # noqa: E402
-from .eager import EagerTreeLSTM  # noqa: E402 - needs torch
+from .eager import EagerTreeLSTM, eager_grads, pullbacks, weight_difference as _difference  # noqa: E402 - needs torch
 
 H = 16        # (one vector of 16 lanes: the pairs' nests need AVX-512's)
 
@@ -120,41 +120,13 @@ def treelstm(sst):
     return trees[:20], model, model.compile(training=True, precision="bf16"), model.compile(training=True)
 
 
-def _eager_grads(model, loss_of, bf16):
-    eager = EagerTreeLSTM(model.weights, bf16=bf16)
-    loss_of(eager).backward()
-    return {name: p.grad.numpy() for name, p in eager.named_parameters()}
-
-
-def _difference(got, want) -> float:
-    """The largest of max |got - want| / max |want| over the weights."""
-    assert sorted(got) == sorted(want)
-    return max(float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want)
-
-
 @needs_bf16_cpu
 @pytest.mark.parametrize("all_nodes", [False, True])
 def test_gradients_equal_autograd_of_products_on_bf16_inputs(treelstm, all_nodes):
     trees, model, bf16, fp32 = treelstm
-    rng = np.random.default_rng(3)
-    out, vjp = bf16.vjp(trees, all_nodes=all_nodes)
-    if all_nodes:
-        directions = [rng.standard_normal(o.shape) for o in out]
-        got = vjp([d.astype(np.float32) for d in directions])
-        _, fp32_vjp = fp32.vjp(trees, all_nodes=True)
-        fp32_got = fp32_vjp([d.astype(np.float32) for d in directions])
-
-        def loss_of(m):
-            return sum((h * torch.tensor(d)).sum() for h, d in zip(m(trees)[1], directions))
-    else:
-        direction = rng.standard_normal((len(trees), H))
-        got = vjp(direction.astype(np.float32))
-        fp32_got = fp32.vjp(trees)[1](direction.astype(np.float32))
-
-        def loss_of(m):
-            return (m(trees)[0] * torch.tensor(direction)).sum()
-    emulated = _eager_grads(model, loss_of, bf16=True)
-    exact = _eager_grads(model, loss_of, bf16=False)
+    (got, fp32_got), loss_of = pullbacks([bf16, fp32], trees, H, all_nodes)
+    emulated = eager_grads(model.weights, loss_of, bf16=True)
+    exact = eager_grads(model.weights, loss_of, bf16=False)
     # bf16 products: 2-3e-3 from the exact gradients; the emulation agrees 50 times closer
     # (float32 sums in another order, and a value near a rounding boundary rounding the other way)
     assert _difference(got, emulated) < 2e-4
