@@ -1,5 +1,5 @@
 """The level pass's bfloat16 contractions (`adjoint_bf16`) on Intel AMX tiles, where the CPU has
-AMX-BF16: a register tile's sums (up to NODE_TILE nodes x C_TILES vectors of 16 columns) as
+AMX-BF16: a register tile's sums (NODE_TILE rows x up to C_TILES vectors of 16 columns) as
 `tdpbf16ps` on tiles, in place of one `vdpbf16ps` per node, vector and pair.  The weight sums'
 packed products take the same tiles (`adjoint_packed._AmxPairs`).
 
@@ -28,10 +28,11 @@ each child j and whole tile of 8 nodes, a chunk of 64 columns (4 vectors; `vdpbf
             A_REST, B_REST = pairs 64..74 (11 of them); for v: tdpbf16ps(C_v, A_REST, B_REST)
             for v: tilestore(&acc[0, 16 v], C_v)
 
-Each nest loads its configuration once per thread (`load_config`) before its tiles.  Every tile
+Each nest loads its configuration in each thread, at each level (`load_config`), before its tiles.  Every tile
 is NODE_TILE rows: a rest tile of the run (1, 2 or 4 nodes) reads the scratch's next rows too (the
-scratch has NODE_TILE rows of padding), and its sums there go unwritten; it costs a whole tile,
-and the tiles of 1, 2 and 4 nodes on `vdpbf16ps` cost more (docs/bench-2026-12-07/amx-train/ab.txt).
+scratch has NODE_TILE rows of padding), and its sums there go unwritten; it costs a whole tile.
+With chunks of C_TILES vectors, 8% faster a step at batch 25 than those tiles on `vdpbf16ps`
+(docs/bench-2026-12-07/amx-train/ab.txt item 2a; the two changes not measured apart).
 """
 from __future__ import annotations
 

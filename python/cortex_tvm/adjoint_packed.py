@@ -220,7 +220,7 @@ class _AmxPairs(_Pairs):
     """`_Pairs` on AMX tiles (`adjoint_amx`): C the tile's TILE rows x 16 columns, A the rows'
     pairs of 16 steps, B 16 steps of a column panel's 16 columns, AMX_PACK_NODES nodes a block.
     An A tile's row is one row's pairs, so the row panel holds each row's steps one after another
-    (a node pair's 8 rows are read and rounded as one vector and stored a block's steps apart: row
+    (a whole tile's: a node pair's 8 rows are read and rounded as one vector and stored a block's steps apart: row
     by row in scalars, that fill held 18% of the bf16 backward's samples, Sapphire Rapids); a
     block's steps are packed and summed in whole steps of the tiles (the last block's steps past
     its last node hold zeros)."""
