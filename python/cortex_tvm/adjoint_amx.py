@@ -54,10 +54,11 @@ C_TILES, A, B, A_REST, B_REST = 4, 4, 5, 6, 7
 PAIRS = 16
 
 
-def takes(emitter, the_plan, width: int) -> bool:
-    """Whether the tiles of the nest `the_plan` (`adjoint_bf16.Plan`, or None) with `width` columns
-    (whole vectors) run on AMX tiles: an AMX emitter, and no more vectors than C_TILES."""
-    return the_plan is not None and emitter.amx and width // LANES <= C_TILES
+def takes(emitter, the_plan) -> bool:
+    """Whether the tiles of the nest `the_plan` (`adjoint_bf16.Plan`, or None: float32) run on AMX
+    tiles: an AMX emitter's nests on pairs (their chunks then C_TILES vectors at most,
+    `adjoint_nest.emit_nest`'s `tile_width`)."""
+    return the_plan is not None and emitter.amx
 
 
 def load_config(rows: int, rest: int = 0):
@@ -102,6 +103,8 @@ def accumulate(the_plan, scratch, run, level, acc, width, column_of, mapping_of,
     """`adjoint_bf16.accumulate`'s sums for a tile of the run (`level`), on AMX tiles (the same
     arguments; `acc` NODE_TILE rows, whatever the tile's nodes): `acc` gets the sums, no init needed."""
     vectors, analyzer = width // LANES, tvm.sym.Analyzer()
+    if vectors > C_TILES:
+        raise ValueError(f"adjoint_amx: a chunk of {vectors} vectors; the tiles hold {C_TILES}")
     pairs = the_plan.extent // 2
     position, row = level.node(0)
     for v in range(vectors):

@@ -108,7 +108,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         than the whole vectors of the indices' last axis; on AMX tiles (`adjoint_amx`), whatever
         its nodes, C_TILES vectors (an operand tile serves each)."""
         whole = int(inner[1]) // emitter.lanes if inner else 1
-        if adjoint_amx.takes(emitter, pairs, emitter.lanes):
+        if adjoint_amx.takes(emitter, pairs):
             return emitter.lanes * max(1, min(adjoint_amx.C_TILES, whole))
         return emitter.lanes * max(1, min(tile_sums(tile_size, emitter.vectors) // tile_size, whole))
 
@@ -118,7 +118,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         independent sums in flight, not one chain of dependent FMAs); a chunk's last columns
         past its whole vectors are one short vector of the same tile (`lane_loops`)."""
         summing = width if pairs is None else adjoint_bf16.padded_width(width)
-        on_tiles = adjoint_amx.takes(emitter, pairs, summing)
+        on_tiles = adjoint_amx.takes(emitter, pairs)
         acc = Tb.alloc_buffer((NODE_TILE if on_tiles else level.tile_size, summing), "float32", scope="local")
 
         def lanes_of(body, width=width, vector=vector):

@@ -84,15 +84,13 @@ def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, 
         first, last = Tb.bind(share * jobs // shares), Tb.bind((share + 1) * jobs // shares)
         column_panel = Tb.alloc_buffer((column_combos * panel,), form.dtype)
         row_panel = Tb.alloc_buffer((form.steps * TILE,), form.dtype, scope="local")
-        if amx:
-            adjoint_amx.load_config(TILE)
+        form.prologue()
         with Tb.serial(0, node_blocks(count, form.nodes)) as node_block:
             # the block's steps that hold a node (the last block's fewer): no pack or sum of zeros past them
             rest = count - node_block * form.nodes
-            # (on AMX tiles whole steps of the tiles' PAIRS, the nodes past the last zeros)
             held = rest if form.per_step == 1 else (rest + form.per_step - 1) // form.per_step
-            steps = Tb.bind(tirx.min(form.steps, (held + adjoint_amx.PAIRS - 1) // adjoint_amx.PAIRS * adjoint_amx.PAIRS
-                                     if amx else held))
+            whole = form.step_multiple
+            steps = Tb.bind(tirx.min(form.steps, held if whole == 1 else (held + whole - 1) // whole * whole))
             with Tb.serial(0, column_combos) as combo:
                 with Tb.serial(0, steps) as step:
                     n = node_block * form.nodes + step * form.per_step
@@ -135,6 +133,8 @@ def emit_packed(rewrite, rows, columns, tiled, inner, others, axes, out, count, 
 class _Float32:
     """The panels hold float32 values, a node a step; each step adds row x column per lane."""
     dtype, per_step = "float32", 1
+    #: a block's steps are summed in whole multiples of this (the nodes past the last pack zeros)
+    step_multiple = 1
 
     def __init__(self, lanes):
         self.lanes = lanes
@@ -149,6 +149,9 @@ class _Float32:
 
     def word(self, value_at, n):
         return value_at(n)
+
+    def prologue(self):
+        """What each core emits before its blocks (nothing: `_AmxPairs` loads its tile configuration)."""
 
     @staticmethod
     def row_at(step, t):
@@ -201,6 +204,7 @@ class _Pairs:
     #: each tile of the row panel element by element, 8% of the bf16 backward's samples, Zen 4)
     fill_rows = _Float32.fill_rows
     row_at = staticmethod(_Float32.row_at)
+    prologue, step_multiple = _Float32.prologue, _Float32.step_multiple
 
     def summed_width(self, width_):
         return padded_width(width_)
@@ -224,11 +228,15 @@ class _AmxPairs(_Pairs):
     by row in scalars, that fill held 18% of the bf16 backward's samples, Sapphire Rapids); a
     block's steps are packed and summed in whole steps of the tiles (the last block's steps past
     its last node hold zeros)."""
+    step_multiple = adjoint_amx.PAIRS
 
     def __init__(self, width):
         super().__init__(width)
         self.nodes = AMX_PACK_NODES
         self.steps = AMX_PACK_NODES // 2
+
+    def prologue(self):
+        adjoint_amx.load_config(TILE)
 
     def row_at(self, step, t):
         return t * self.steps + step
