@@ -306,15 +306,21 @@ class CompiledModel:
         optimizer's step): check `names` (all by default) finite again, and make the padding and
         the transforms at the kernel's next run, as `load_weights` would without taking the arrays
         again (`as_torch` calls this where its parameters kept their memory).  Returns self."""
+        return self._weights_changed(names, ())
+
+    def _weights_changed(self, names, finite) -> "CompiledModel":
+        """`weights_changed`, where the weights named in `finite` are known finite and are not checked,
+        an embedding table's rows not at each batch either: `as_torch`'s hand-over of the parameters that
+        `optim.Adagrad`'s loops found finite as they wrote them (`weights.marked_finite`)."""
         start = time.perf_counter()
         if self.adjoint is None:
             raise ValueError("weights_changed: for a model compiled with training=True (load_weights otherwise)")
         user, later = self.training_weights, frozenset(self.adjoint.word_tables)
         for name in user if names is None else names:
-            if name not in later:
+            if name not in later and name not in finite:
                 check_finite(name, user[name], "weights_changed")
         with self._upload_lock:
-            self._pending, self._weights, self._rows_unchecked = user, None, later
+            self._pending, self._weights, self._rows_unchecked = user, None, later.difference(finite)
         self.transform_seconds = time.perf_counter() - start
         return self
 

@@ -10,9 +10,10 @@ forward is a `torch.autograd.Function` whose backward is the generated one
 (`CompiledModel.vjp`): `loss.backward()` fills each parameter's `.grad`.
 The compiled model reads the parameters' own memory (`load_weights(copy=False)`): when an
 optimizer has changed them (in place, as `optimizer.step()` does), the next forward has the
-compiled model check them again (finite, the shapes) and make the kernel's padding and packing
-at its next run; `module.transform_seconds` is the check's seconds,
-`module.compiled.transform_seconds` adds the deferred transforms.  A parameter changed in place
+compiled model check them again (finite, the shapes; not the values `ct.optim.Adagrad` found finite
+as it wrote them: `weights.mark_finite`) and make the kernel's padding and packing at its next run;
+`module.transform_seconds` is the check's seconds, `module.compiled.transform_seconds` adds the
+deferred transforms.  A parameter changed in place
 between a forward and its backward is torch's usual error (the autograd node saves them).
 Change them as torch counts changes (in place under torch.no_grad(), load_state_dict):
 an edit through `.data` leaves a parameter's version as it was, so the kernel keeps the
@@ -27,6 +28,8 @@ import os
 import warnings
 
 import numpy as np
+
+from .weights import marked_finite
 
 
 def _torch():
@@ -184,7 +187,8 @@ def _module_class():
             """Hand changed parameters (an optimizer step, load_state_dict) to the compiled model,
             or all of them where it holds another's weights (a second module, a load_weights):
             where each kept its memory (the same data, shape, strides and dtype, contiguous), the
-            compiled model checks the changed ones again (`weights_changed`); else it takes them anew."""
+            compiled model checks the changed ones again (`weights_changed`) but those marked finite
+            (`weights.marked_finite`); else it takes them anew."""
             parameters = self._parameters.values()
             versions = [(p.data_ptr(), p._version) for p in parameters]
             loaded = self.compiled.training_weights is self._loaded
@@ -194,8 +198,10 @@ def _module_class():
             # (a contiguous parameter's array in the compiled model is its memory, not a copy)
             if (loaded and memory == self._memory and all(m[3] for m in memory)
                     and all(now[0] == then[0] for now, then in zip(versions, self._seen))):
-                self.compiled.weights_changed([name for name, now, then in zip(self.weight_names, versions, self._seen)
-                                               if now != then])
+                # (those ct.optim.Adagrad found finite as it wrote them need no check: `weights.mark_finite`)
+                self.compiled._weights_changed(
+                    [name for name, now, then in zip(self.weight_names, versions, self._seen) if now != then],
+                    [name for name, p in self._parameters.items() if marked_finite(p)])
             else:
                 other = next((name for name, p in self._parameters.items() if p.dtype != torch.float32), None)
                 if other is not None:                   # (module.double(), .half(), .to(dtype))

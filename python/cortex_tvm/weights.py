@@ -87,6 +87,19 @@ def check_finite(name: str, array: np.ndarray, who: str) -> None:
         raise ValueError(f"{who}: weight {name!r}: contains NaN or infinity")
 
 
+def mark_finite(tensor) -> None:
+    """Record that `tensor` (a torch tensor) holds only finite values as it is now: a compiled update
+    found them so as it wrote them (`optim.Adagrad`).  The mark names the tensor's memory and torch's
+    count of its changes (`_version`): any later in-place change, by torch's count, voids it."""
+    tensor.__dict__["_cortex_finite_at"] = (tensor.data_ptr(), tensor._version)
+
+
+def marked_finite(tensor) -> bool:
+    """Whether `tensor` holds the values `mark_finite` last recorded finite, unchanged since: the
+    compiled model's hand-over (`as_torch`) then need not check them again."""
+    return tensor.__dict__.get("_cortex_finite_at") == (tensor.data_ptr(), tensor._version)
+
+
 def check_rows(tables: dict, rows: dict, who: str, names) -> None:
     """ValueError naming the first row that holds a NaN or an infinity among the rows `rows[name]`
     (row numbers, e.g. the words a batch reads; None: every row) of each table `tables[name]`

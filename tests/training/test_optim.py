@@ -13,7 +13,8 @@ import pytest
 import cortex_tvm as ct
 
 torch = pytest.importorskip("torch")
-from cortex_tvm import optim  # noqa: E402 - needs torch
+from cortex_tvm import optim, runtime  # noqa: E402 - needs torch
+from cortex_tvm import vjp as vjp_calls  # noqa: E402
 from cortex_tvm.optim import Adagrad  # noqa: E402
 
 
@@ -68,30 +69,41 @@ def test_sparse_rows_equal_torch():
 @pytest.mark.parametrize("mcpu", [None, "haswell"])
 def test_the_loops_equal_numpy_as_avx512_and_avx2_code(mcpu):
     """The loops alone against numpy's float32 formula, built for this CPU and as AVX2 code (16-lane
-    vectors split in two; run where the CPU has AVX2), whole vectors and a rest."""
-    from cortex_tvm.optim import build_loops
+    vectors split in two; run where the CPU has AVX2), whole vectors and a rest; their probes count
+    the new values that are not finite, a vector's and the rest's alike, and hold zeros otherwise."""
+    from cortex_tvm.optim import build_loops, probe_rows
     from cortex_tvm.target import host_isa
     if mcpu and "avx2" not in host_isa():
         pytest.skip("this CPU cannot run AVX2 code")
     dense, rows = build_loops({"kind": "llvm", "mcpu": mcpu} if mcpu else "llvm")
     rng = np.random.default_rng(3)
-    for n in (37, 4096):
+    for n in (37, 4096, 16 * optim.PROBE_VECTORS * 2 + 5):
         param, grad = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
         sums = rng.random(n).astype(np.float32)
         g = grad + np.float32(1e-3) * param
         want_sums = sums + g * g
         want = param - np.float32(0.05) * (g / (np.sqrt(want_sums) + np.float32(1e-10)))
-        dense(param, grad, sums, 0.05, 1e-3, 1e-10)
+        probe = np.full((probe_rows(n), 16), 7, np.float32)
+        dense(param, grad, sums, probe, 0.05, 1e-3, 1e-10)
         np.testing.assert_allclose(sums, want_sums, rtol=1e-6)
         np.testing.assert_allclose(param, want, rtol=1e-6, atol=1e-7)
+        np.testing.assert_array_equal(probe, 0)
+        grad[[0, n // 2, n - 1]] = [np.nan, np.inf, np.nan]          # a first vector's, a middle one's, the rest's
+        dense(param, grad, sums, probe, 0.05, 1e-3, 1e-10)
+        assert probe.sum() == 3 and np.isnan(param[[0, n // 2, n - 1]]).all()
     table, table_sums = rng.standard_normal((50, 19)).astype(np.float32), rng.random((50, 19)).astype(np.float32)
     found, values = np.array([3, 7, 49], np.int64), rng.standard_normal((3, 19)).astype(np.float32)
     want_sums, want = table_sums.copy(), table.copy()
     want_sums[found] += values * values
     want[found] -= np.float32(0.1) * (values / (np.sqrt(want_sums[found]) + np.float32(1e-10)))
-    rows(table, table_sums, found, values, 0.1, 1e-10)
+    probe = np.ones((3, 16), np.float32)
+    rows(table, table_sums, found, values, probe, 0.1, 1e-10)
     np.testing.assert_allclose(table_sums, want_sums, rtol=1e-6)
     np.testing.assert_allclose(table, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(probe, 0)
+    values[1, 18], values[2, 0] = np.inf, np.nan                     # the rest of row 7, a vector of row 49
+    rows(table, table_sums, found, values, probe, 0.1, 1e-10)
+    np.testing.assert_array_equal(probe.sum(axis=1), [0, 1, 1])
 
 
 def test_a_state_dict_moves_between_the_two():
@@ -163,6 +175,58 @@ def test_a_step_reaches_the_kernel_and_autograd_sees_it(sst):
     optimizer.step()                                      # between the forward and its backward
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_what_a_step_found_finite_is_not_checked_again(sst, monkeypatch):
+    """The loops count the values they write that are not finite: a parameter they found finite is
+    marked so (`weights.mark_finite`), and the module's next forward checks none of its values, an
+    embedding's rows at no batch either (its first step checks the whole table once).  A change torch
+    counts (in place, under no_grad) voids the mark; a step that writes a NaN leaves none, and the
+    next forward refuses it by name: a dense weight at once, an embedding's row when a batch reads it."""
+    trees, vocab = sst
+    model = ct.models.TreeLSTM(8, len(vocab), embed_size=12, seed=5)
+    module = model.compile(training=True).as_torch(sparse=True)
+    parameters = dict(module.named_parameters())
+    optimizer = Adagrad([{"params": [p for k, p in parameters.items() if k != "emb"]},
+                         {"params": [parameters["emb"]]}], lr=0.05)
+    checked = []
+    check_finite, check_rows = runtime.check_finite, vjp_calls.check_rows
+    monkeypatch.setattr(runtime, "check_finite", lambda name, *a: (checked.append(name), check_finite(name, *a)))
+    monkeypatch.setattr(vjp_calls, "check_rows", lambda *a: (checked.extend(sorted(a[3])), check_rows(*a)))
+
+    def step(batch, spoil=None):
+        optimizer.zero_grad()
+        (module(batch) ** 2).sum().backward()
+        if spoil is not None:
+            spoil()
+        optimizer.step()
+    step(trees[:4])
+    checked.clear()
+    step(trees[4:8])
+    step(trees[8:12])
+    assert checked == []
+    with torch.no_grad():
+        module.U.mul_(1.0)
+    step(trees[:4])
+    assert checked == ["U"]
+    read = {n.word for t in trees[:4] for n in ct.data.postorder(t) if n.word is not None}
+    clean = next(k for k in range(12, len(trees)) if not read & {n.word for n in ct.data.postorder(trees[k])})
+
+    def spoil_a_row():
+        module.emb.grad._values()[0, 0] = float("nan")
+    step(trees[:4], spoil_a_row)
+    row = min(read)                       # (the gradient's rows are the batch's words, sorted)
+    assert torch.isnan(module.emb[row, 0])
+    checked.clear()
+    step(trees[clean:clean + 1])            # reads no NaN row: runs, its rows checked
+    assert checked == ["emb"]
+    with pytest.raises(ValueError, match=rf"vjp: weight 'emb': row {row}, read by this batch, contains NaN"):
+        module(trees[:4])
+    with torch.no_grad():
+        module.emb[row] = 0.0
+    step(trees[:4], lambda: module.W.grad.__setitem__((1, 2), float("inf")))
+    with pytest.raises(ValueError, match="weights_changed: weight 'W': contains NaN or infinity"):
+        module(trees[:4])
 
 
 def test_loops_built_for_another_cpu_step_as_torch():
