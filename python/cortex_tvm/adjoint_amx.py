@@ -29,10 +29,12 @@ each child j and whole tile of 8 nodes, a chunk of 64 columns (4 vectors; `vdpbf
             for v: tilestore(&acc[0, 16 v], C_v)
 
 Each nest loads its configuration in each thread, at each level (`load_config`), before its tiles.  Every tile
-is NODE_TILE rows: a rest tile of the run (1, 2 or 4 nodes) reads the scratch's next rows too (the
-scratch has NODE_TILE rows of padding), and its sums there go unwritten; it costs a whole tile.
-With chunks of C_TILES vectors, 8% faster a step at batch 25 than those tiles on `vdpbf16ps`
-(docs/bench-2026-12-07/amx-train/ab.txt item 2a; the two changes not measured apart).
+is NODE_TILE rows, and a tile costs the same whatever its nodes: a run's rest past its whole tiles (1 to 7
+nodes) is one tile (`Run.tiles(one_rest=True)`, not one of 1, 2 and 4 nodes each, as register tiles of FMAs
+take it), which reads the scratch's next rows too (the scratch has NODE_TILE rows of padding), its sums there
+unwritten.  With chunks of C_TILES vectors, the rest's tiles on AMX made a step at batch 25 8% faster than on
+`vdpbf16ps` (docs/bench-2026-12-07/amx-train/ab.txt item 2a; the two changes not measured apart); the rest as one
+tile, 4.5% / 3.4% / 1.0% faster at batch 25 / 10 / 1 (docs/bench-2026-12-08/ab.txt).
 """
 from __future__ import annotations
 

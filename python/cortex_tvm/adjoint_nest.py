@@ -148,7 +148,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         def columns(level, column_of, width, vector):
             accumulate_tile(outer_map, level, column_of, width, vector)
 
-        for tile_size, tiles, is_loop in run.tiles():
+        for tile_size, tiles, is_loop in run.tiles(one_rest=adjoint_amx.takes(emitter, pairs)):
             def over_columns(chunk, width=tile_width(tile_size)):
                 if inner is None:
                     chunk(None, 1, False)
@@ -167,7 +167,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
     def accumulated_share(share, shares):
         """`accumulated` over this core's part of the nest's chunks of columns: the chunks of
         every outer index, numbered outer index by outer index, split into `shares` runs."""
-        for tile_size, tiles, _ in run.tiles():
+        for tile_size, tiles, _ in run.tiles(one_rest=adjoint_amx.takes(emitter, pairs)):
             width = tile_width(tile_size)
             per_outer = chunk_count(inner[1], width)
             total = per_outer * math.prod(int(ext) for _, ext in outer)

@@ -7,6 +7,8 @@ while `adjoint_emit` builds a loop nest over them.  A run of 21 nodes::
     for tile in range(2):  nodes 8*tile .. 8*tile + 7      (the whole tiles, a loop)
     if rest // 1 % 2:      node 20                         (rest = 5: a tile of 1 ...)
     if rest // 4 % 2:      nodes 16 .. 19                  (... and one of 4)
+
+(A nest on AMX tiles takes the rest as one tile of 5 nodes: `Run.tiles(one_rest=True)`.)
 """
 from __future__ import annotations
 
@@ -56,15 +58,24 @@ class Run:
         self.columns = columns
         self.whole = Tb.bind(count // NODE_TILE)
 
-    def tiles(self) -> list:
+    def tiles(self, one_rest: bool = False) -> list:
         """[(tile size, a context manager giving the `Tile` of each tile of that size, whether
-        it is a loop)]: the whole tiles' loop, then an If for each rest tile."""
+        it is a loop)]: the whole tiles' loop, then an If for each rest tile; one_rest: an If for
+        one tile of the whole rest, its size the rest's count (a tile of NODE_TILE rows whatever
+        its nodes, as AMX's: `adjoint_amx`), in place of one per REST_TILES size."""
         @contextlib.contextmanager
         def whole_tiles():
             with Tb.serial(0, self.whole) as tile:
                 yield Tile(self.first + tile * NODE_TILE, NODE_TILE, self.offset, self.size, self.row_base)
         kinds = [(NODE_TILE, whole_tiles, True)]
         rest = self.count - self.whole * NODE_TILE
+        if one_rest:
+            @contextlib.contextmanager
+            def rest_tile():
+                with Tb.If(rest > 0):
+                    with Tb.Then():
+                        yield Tile(self.first + self.whole * NODE_TILE, rest, self.offset, self.size, self.row_base)
+            return kinds + [(NODE_TILE, rest_tile, False)]
         for size in REST_TILES:
             @contextlib.contextmanager
             def rest_tile(size=size):

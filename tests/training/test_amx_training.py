@@ -3,7 +3,7 @@ tiles and the weight sums' packed products on AMX tiles (`adjoint_amx`).
 
 * the IR (built on any machine, not run): TreeLSTM h = 38, x = 22 (19 pairs: a step of 16 and a
   rest of 3; 11 pairs: a rest alone; chunks of 32 + 6 and 16 + 6 columns): which tiles read which
-  arrays, no `vdpbf16ps` left (the rest tiles of nodes on tiles too);
+  arrays, no `vdpbf16ps` left (a run's rest of nodes on one tile too);
 * the numbers, on an AMX CPU: the gradients equal float64 autograd through the eager recursion
   whose products round their inputs to bfloat16, as the `vdpbf16ps` pass's do
   (test_bf16_training.py), at those ragged sizes (a chunk's short last vector once shrank the
@@ -68,8 +68,13 @@ def test_the_amx_level_pass_ir():
     assert any(("5", name) in raw for name in column_panels) and any(("4", name) in raw for name in row_panels)
     assert any(tile == "0" and name not in column_panels | row_panels for tile, name in raw)
     for text in (forward, backward):
-        # each nest on tiles loads its configuration; the run's rest tiles of 1, 2, 4 nodes take tiles too
+        # each nest on tiles loads its configuration; the run's rest takes tiles too
         assert text.count('"llvm.x86.ldtilecfg"') >= 2 and "cortex_dpbf16ps" not in text
+    # ... as one tile of its nodes, whatever their count (`Run.tiles(one_rest=True)`): each chunk of columns of
+    # each nest starts its accumulators at two places, the whole tiles' loop and the rest's tile (24 and 20 when
+    # the rest took a tile of 1, 2 and 4 nodes each, a whole tile's rows apiece)
+    assert (forward.count('"llvm.x86.tilezero"'), backward.count('"llvm.x86.tilezero"')) == (12, 10)
+    assert re.search(r"if (\w+) - (\w+) \* 8 > 0:(.|\n)*for \w+ in range\(\1 - \2 \* 8\)", forward)    # (its nodes written)
     # every accumulator the forward's tiles start from zero is stored into the register tile
     assert forward.count('"llvm.x86.tilestored64"') == forward.count('"llvm.x86.tilezero"') > 0
     vdpbf16ps = _pass_text("forward", amx=False)
