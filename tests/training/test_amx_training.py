@@ -74,7 +74,8 @@ def test_the_amx_level_pass_ir():
     # each nest starts its accumulators at two places, the whole tiles' loop and the rest's tile (24 and 20 when
     # the rest took a tile of 1, 2 and 4 nodes each, a whole tile's rows apiece)
     assert (forward.count('"llvm.x86.tilezero"'), backward.count('"llvm.x86.tilezero"')) == (12, 10)
-    assert re.search(r"if (\w+) - (\w+) \* 8 > 0:(.|\n)*for \w+ in range\(\1 - \2 \* 8\)", forward)    # (its nodes written)
+    # (its nodes written)
+    assert re.search(r"if (\w+) - (\w+) \* 8 > 0:(.|\n)*for \w+ in range\(\1 - \2 \* 8\)", forward)
     # every accumulator the forward's tiles start from zero is stored into the register tile
     assert forward.count('"llvm.x86.tilestored64"') == forward.count('"llvm.x86.tilezero"') > 0
     vdpbf16ps = _pass_text("forward", amx=False)
