@@ -226,8 +226,10 @@ class Adagrad(torch.optim.Adagrad):
             # the last ones, and autograd would miss a step between a forward and its backward
             if changed:
                 torch.autograd.graph.increment_version(changed)
+        stepped = {id(param) for param in changed[::2]}
         for param, probe, before in marks:
-            if before and any(param is c for c in changed[::2]) and all_finite(probe):
+            # (one sum of the probe's sums: a NaN or an infinity anywhere makes it one)
+            if before and id(param) in stepped and math.isfinite(probe.sum()):
                 mark_finite(param)
         return loss
 
