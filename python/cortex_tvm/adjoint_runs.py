@@ -23,7 +23,8 @@ REST_TILES = (1, 2, 4)
 
 
 class Tile:
-    """`tile_size` nodes of a level, from position `first`, while their loop nests are built."""
+    """`tile_size` nodes of a level, from position `first`, while their loop nests are built (an int, or
+    for the rest of `Run.tiles(one_rest=True)` an expression: its nodes' count, known when it runs)."""
 
     def __init__(self, first, tile_size, offset, size, row_base):
         self.first, self.tile_size = first, tile_size
@@ -62,7 +63,8 @@ class Run:
         """[(tile size, a context manager giving the `Tile` of each tile of that size, whether
         it is a loop)]: the whole tiles' loop, then an If for each rest tile; one_rest: an If for
         one tile of the whole rest, its size the rest's count (a tile of NODE_TILE rows whatever
-        its nodes, as AMX's: `adjoint_amx`), in place of one per REST_TILES size."""
+        its nodes, as AMX's: `adjoint_amx`), in place of one per REST_TILES size: listed with the tile
+        size NODE_TILE (the rows its tiles take), its `Tile.tile_size` an expression (no unroll over it)."""
         @contextlib.contextmanager
         def whole_tiles():
             with Tb.serial(0, self.whole) as tile:

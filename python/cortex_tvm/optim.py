@@ -16,9 +16,10 @@ for a weight of 180,000), a sum that is finite only where they all are.  Where i
 is marked finite at the version the step left it (`weights.mark_finite`; an embedding's table where,
 besides, it was known finite before: marked by the last step, or the first time checked whole), and
 a module of `as_torch` hands it to its compiled model unchecked: the finite check of every weight
-after every step (0.15-0.2 ms of a 5 ms TreeLSTM step at batch 25, h = 150, Sapphire Rapids) is the
+after every step (about 0.2 ms of a 5 ms TreeLSTM step at batch 25, h = 150, Sapphire Rapids) is the
 write's own.  A parameter the loops made NaN or infinite is not marked: the next forward refuses it
-by name (and one whose sum overflowed is checked as before).
+by name (and one whose sum overflowed is checked as before).  A table that lost its mark (an edit, a
+NaN) is not scanned whole again: its rows are checked per batch, as without this optimizer.
 
 The class is torch.optim.Adagrad with `step` replaced: the same arguments, parameter groups,
 state (`sum`, `step`) and `state_dict`, so a checkpoint moves between the two, and the same
@@ -58,15 +59,15 @@ def _dense(p_param: T.handle, p_grad: T.handle, p_sum: T.handle, p_probe: T.hand
     # PROBE_VECTORS vectors of the parameter, per lane, the sum of its new values (its last row's lane 0
     # adds the rest past the whole vectors too); rows: `probe_rows(n)`.  Finite only where every value
     # is (or a sum overflowed: the values are then checked as without a probe).  (A count by isfinite
-    # took 45% longer on a weight of 180,000; a sum, no longer than the loop without a probe)
+    # took about 40% longer on a weight of 180,000; a sum, no longer than the loop without a probe)
     T.func_attr({"global_symbol": "cortex_adagrad_dense", "tirx.noalias": True})
     n = T.int64()
-    chunks = T.int64()
     param = T.match_buffer(p_param, (n,), "float32", align=4)
     grad = T.match_buffer(p_grad, (n,), "float32", align=4)
     sums = T.match_buffer(p_sum, (n,), "float32", align=4)
-    probe = T.match_buffer(p_probe, (chunks, 16), "float32", align=4)
-    for chunk in T.parallel(chunks):
+    # (its rows tied to n: a probe of another size is the call's error, not blocks left unstepped)
+    probe = T.match_buffer(p_probe, (n // (16 * PROBE_VECTORS) + 1, 16), "float32", align=4)
+    for chunk in T.parallel(n // (16 * PROBE_VECTORS) + 1):
         for lane in T.vectorized(16):
             probe[chunk, lane] = T.float32(0)
         for vector in range(PROBE_VECTORS):
@@ -83,7 +84,7 @@ def _dense(p_param: T.handle, p_grad: T.handle, p_sum: T.handle, p_probe: T.hand
     for i in range(n // 16 * 16, n):
         sums[i] = sums[i] + (grad[i] + weight_decay * param[i]) * (grad[i] + weight_decay * param[i])
         param[i] = param[i] - clr * ((grad[i] + weight_decay * param[i]) / (T.sqrt(sums[i]) + eps))
-        probe[chunks - 1, 0] = probe[chunks - 1, 0] + param[i]
+        probe[n // (16 * PROBE_VECTORS), 0] = probe[n // (16 * PROBE_VECTORS), 0] + param[i]
 
 
 @T.prim_func
@@ -117,7 +118,7 @@ def _rows(p_param: T.handle, p_sum: T.handle, p_rows: T.handle, p_values: T.hand
 
 def probe_rows(size: int) -> int:
     """The rows of `cortex_adagrad_dense`'s probe for a parameter of `size` elements: one per
-    PROBE_VECTORS vectors, and at least one (its last holds the rest's count)."""
+    PROBE_VECTORS vectors, and at least one (its last also sums the rest past the whole vectors)."""
     return size // (16 * PROBE_VECTORS) + 1
 
 
@@ -171,7 +172,8 @@ class Adagrad(torch.optim.Adagrad):
         super().__init__(params, lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
                          initial_accumulator_value=initial_accumulator_value, eps=eps)
         self._target = None if target is None else _cpu_target(target)
-        #: parameter -> (what its memory and its sum's were when checked, their views): `_memory`
+        #: parameter -> (what its memory and its sum's were when checked, their views, the dense loop's
+        #: probe): `_memory`
         self._checked = {}
         #: the parameters updated by rows whose values were once checked whole (`_finite_before`)
         self._scanned = set()
@@ -242,7 +244,10 @@ class Adagrad(torch.optim.Adagrad):
         if param in self._scanned:
             return False
         self._scanned.add(param)
-        return all_finite(param.detach().numpy())
+        if not all_finite(param.detach().numpy()):
+            return False
+        mark_finite(param)      # (so far: a step that then updates no row of it keeps the mark)
+        return True
 
     def _memory(self, param, sums, number: int, index: int) -> tuple:
         """(key, param, its sum, param, its sum, probe): the two detached, as (rows, elements per row)

@@ -17,7 +17,8 @@ deferred transforms.  A parameter changed in place
 between a forward and its backward is torch's usual error (the autograd node saves them).
 Change them as torch counts changes (in place under torch.no_grad(), load_state_dict):
 an edit through `.data` leaves a parameter's version as it was, so the kernel keeps the
-padded copy of the last check while the backward reads the edit.
+padded copy of the last check while the backward reads the edit (and a parameter that
+`ct.optim.Adagrad` marked finite stays marked: the edit's values go unchecked).
 With sparse=True each embedding table's gradient (`Adjoint.word_tables`) is a sparse tensor of
 the batch's words' rows, as `torch.nn.Embedding(sparse=True)` makes it.  Otherwise inference
 only, and it says so when the module is made.

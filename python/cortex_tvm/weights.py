@@ -90,7 +90,9 @@ def check_finite(name: str, array: np.ndarray, who: str) -> None:
 def mark_finite(tensor) -> None:
     """Record that `tensor` (a torch tensor) holds only finite values as it is now: a compiled update
     found them so as it wrote them (`optim.Adagrad`).  The mark names the tensor's memory and torch's
-    count of its changes (`_version`): any later in-place change, by torch's count, voids it."""
+    count of its changes (`_version`): any later in-place change, by torch's count, voids it; an edit that
+    torch does not count (through `.data`, or a numpy view of its memory) keeps the mark, and goes
+    unchecked."""
     tensor.__dict__["_cortex_finite_at"] = (tensor.data_ptr(), tensor._version)
 
 

@@ -75,7 +75,7 @@ def test_the_amx_level_pass_ir():
     # the rest took a tile of 1, 2 and 4 nodes each, a whole tile's rows apiece)
     assert (forward.count('"llvm.x86.tilezero"'), backward.count('"llvm.x86.tilezero"')) == (12, 10)
     # (its nodes written)
-    assert re.search(r"if (\w+) - (\w+) \* 8 > 0:(.|\n)*for \w+ in range\(\1 - \2 \* 8\)", forward)
+    assert re.search(r"if (\w+) - (\w+) \* 8 > 0:.*?for \w+ in range\(\1 - \2 \* 8\)", forward, re.S)
     # every accumulator the forward's tiles start from zero is stored into the register tile
     assert forward.count('"llvm.x86.tilestored64"') == forward.count('"llvm.x86.tilezero"') > 0
     vdpbf16ps = _pass_text("forward", amx=False)

@@ -88,7 +88,8 @@ def test_the_loops_equal_numpy_as_avx512_and_avx2_code(mcpu):
         np.testing.assert_allclose(sums, want_sums, rtol=1e-6)
         np.testing.assert_allclose(param, want, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(probe.sum(), want.sum(dtype=np.float64), rtol=1e-4, atol=1e-3)
-        for bad in (0, n // 2, n - 1):                          # a first vector's, a middle one's, the rest's
+        # a first vector's value, a middle one's, the last (a rest's where n has one)
+        for bad in (0, n // 2, n - 1):
             spoilt = grad.copy()
             spoilt[bad] = np.nan
             dense(param, spoilt, sums, probe, 0.05, 1e-3, 1e-10)
@@ -181,8 +182,36 @@ def test_a_step_reaches_the_kernel_and_autograd_sees_it(sst):
         loss.backward()
 
 
+def test_the_marks_a_step_leaves():
+    """A dense parameter is marked finite after a step whose probe sums are finite, not where they
+    overflow (finite values near the float32 limit: checked as without a probe); a table updated by rows
+    is marked only where the first step's scan of it found it finite (a NaN in a row no gradient reaches
+    keeps it unmarked, its updated rows clean or not), and a step that updates none of its rows keeps its
+    mark (its version unchanged)."""
+    from cortex_tvm.weights import marked_finite
+    plain, huge = torch.nn.Parameter(torch.randn(40, 30)), torch.nn.Parameter(torch.full((40, 30), 3e38))
+    clean, spoilt = torch.nn.Parameter(torch.randn(50, 19)), torch.nn.Parameter(torch.randn(50, 19))
+    with torch.no_grad():
+        spoilt[7, 3] = float("nan")
+    optimizer = Adagrad([plain, huge, clean, spoilt], lr=1e-3)
+
+    def rows_grad(shape, rows):
+        return torch.sparse_coo_tensor(torch.tensor([rows], dtype=torch.int64), torch.ones(len(rows), shape[1]),
+                                       shape, check_invariants=False, is_coalesced=True)
+    plain.grad, huge.grad = torch.ones(40, 30), torch.ones(40, 30)
+    clean.grad, spoilt.grad = rows_grad((50, 19), [1, 2, 40]), rows_grad((50, 19), [1, 2, 40])
+    optimizer.step()
+    assert np.isfinite(huge.detach().numpy()).all()
+    assert [marked_finite(p) for p in (plain, huge, clean, spoilt)] == [True, False, True, False]
+    versions = [clean._version, spoilt._version]
+    clean.grad, spoilt.grad = rows_grad((50, 19), []), rows_grad((50, 19), [3])
+    optimizer.step()
+    assert clean._version == versions[0] and spoilt._version > versions[1]
+    assert [marked_finite(p) for p in (clean, spoilt)] == [True, False]
+
+
 def test_what_a_step_found_finite_is_not_checked_again(sst, monkeypatch):
-    """The loops count the values they write that are not finite: a parameter they found finite is
+    """The loops sum the values they write (finite only where every one is): a parameter they found finite is
     marked so (`weights.mark_finite`), and the module's next forward checks none of its values, an
     embedding's rows at no batch either (its first step checks the whole table once).  A change torch
     counts (in place, under no_grad) voids the mark; a step that writes a NaN leaves none, and the
