@@ -76,6 +76,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
                                        inner[0] if inner else None)
 
     pairs = adjoint_bf16.plan(emitter, coeff, bufs, inner, summed, outer)
+    on_amx = adjoint_amx.takes(emitter, pairs)
     scratch = None
     if pairs is not None:    # (the stage's rows bound a run's nodes, and are known where the function starts)
         # (an AMX tile reads NODE_TILE rows whatever its nodes: the rows past a rest tile's are padding)
@@ -108,7 +109,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         than the whole vectors of the indices' last axis; on AMX tiles (`adjoint_amx`), whatever
         its nodes, C_TILES vectors (an operand tile serves each)."""
         whole = int(inner[1]) // emitter.lanes if inner else 1
-        if adjoint_amx.takes(emitter, pairs):
+        if on_amx:
             return emitter.lanes * max(1, min(adjoint_amx.C_TILES, whole))
         return emitter.lanes * max(1, min(tile_sums(tile_size, emitter.vectors) // tile_size, whole))
 
@@ -118,13 +119,12 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         independent sums in flight, not one chain of dependent FMAs); a chunk's last columns
         past its whole vectors are one short vector of the same tile (`lane_loops`)."""
         summing = width if pairs is None else adjoint_bf16.padded_width(width)
-        on_tiles = adjoint_amx.takes(emitter, pairs)
-        acc = Tb.alloc_buffer((NODE_TILE if on_tiles else level.tile_size, summing), "float32", scope="local")
+        acc = Tb.alloc_buffer((NODE_TILE if on_amx else level.tile_size, summing), "float32", scope="local")
 
         def lanes_of(body, width=width, vector=vector):
             lane_loops(width, vector, lambda lane: body(lane, {inner[0]: column_of(lane)} if inner else {}),
                        emitter.lanes)
-        if not on_tiles:
+        if not on_amx:
             with Tb.unroll(0, level.tile_size) as t:
                 lanes_of(lambda lane, _: Tb.buffer_store(acc, tirx.const(0.0, "float32"), [t, lane]),
                         summing, vector or pairs is not None)
@@ -137,7 +137,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         if pairs is None:
             nest(summed, accumulate)
         else:
-            (adjoint_amx if on_tiles else adjoint_bf16).accumulate(pairs, scratch, run, level, acc, summing, column_of,
+            (adjoint_amx if on_amx else adjoint_bf16).accumulate(pairs, scratch, run, level, acc, summing, column_of,
                                     lambda m, column: {**outer_map, **m, inner[0]: column}, rewriter, axes_grid)
         with level.nodes(positions=True, tile_index=True) as (position, row, t):
             with real_child(outer_map, position, row):
@@ -148,7 +148,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
         def columns(level, column_of, width, vector):
             accumulate_tile(outer_map, level, column_of, width, vector)
 
-        for tile_size, tiles, is_loop in run.tiles(one_rest=adjoint_amx.takes(emitter, pairs)):
+        for tile_size, tiles, is_loop in run.tiles(one_rest=on_amx):
             def over_columns(chunk, width=tile_width(tile_size)):
                 if inner is None:
                     chunk(None, 1, False)
@@ -167,7 +167,7 @@ def emit_nest(emitter, block, indices, coeff, bufs, run, write, skip_null=None):
     def accumulated_share(share, shares):
         """`accumulated` over this core's part of the nest's chunks of columns: the chunks of
         every outer index, numbered outer index by outer index, split into `shares` runs."""
-        for tile_size, tiles, _ in run.tiles(one_rest=adjoint_amx.takes(emitter, pairs)):
+        for tile_size, tiles, _ in run.tiles(one_rest=on_amx):
             width = tile_width(tile_size)
             per_outer = chunk_count(inner[1], width)
             total = per_outer * math.prod(int(ext) for _, ext in outer)

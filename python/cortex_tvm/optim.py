@@ -188,7 +188,7 @@ class Adagrad(torch.optim.Adagrad):
             with torch.enable_grad():
                 loss = closure()
         dense, rows = _kernels(self._target)
-        updates, steps, marks = [], [], []
+        updates, steps = [], []
         for number, group in enumerate(self.param_groups):
             for index, param in enumerate(group["params"]):
                 grad = param.grad
@@ -202,36 +202,36 @@ class Adagrad(torch.optim.Adagrad):
                                          "torch.optim.Adagrad); put the parameter in a group with weight_decay=0")
                     found, values = _sparse_rows(grad, param, number, index)
                     probe = np.empty((max(len(found), 1), 16), np.float32)
-                    updates.append((group, param, rows if len(found) else None,     # (TVM takes no empty array)
-                                    (held[1], held[2], found, values, probe), (group["eps"],)))
                     # (the rows' probe vouches for the table where the rest was finite before)
-                    marks.append((param, probe, self._finite_before(param)))
+                    updates.append((group, param, rows if len(found) else None,     # (TVM takes no empty array)
+                                    (held[1], held[2], found, values, probe), (group["eps"],),
+                                    self._finite_before(param)))
                 else:
                     _check_dense(grad, number, index, "'s gradient", param.shape)
                     updates.append((group, param, dense, (held[3], grad.view(-1), held[4], held[5]),
-                                    (group["weight_decay"], group["eps"])))
-                    marks.append((param, held[5], True))
+                                    (group["weight_decay"], group["eps"]), True))
                 steps.append(state["step"])
         if steps:                           # (one op for all, as torch's foreach path)
             torch._foreach_add_(steps, 1)
-        changed = []
+        changed, probed = [], []
         try:
-            for (group, param, kernel, arrays, options), step in zip(updates, steps):
+            for (group, param, kernel, arrays, options, vouched), step in zip(updates, steps):
                 lr_decay = group["lr_decay"]
                 clr = group["lr"] / (1 + (step.item() - 1) * lr_decay) if lr_decay else group["lr"]
                 if kernel is not None and arrays[0].numel():       # (the step counts, as torch's)
                     kernel(*arrays, clr, *options)
                     changed += (param, self.state[param]["sum"])
+                    if vouched:                 # (the probe is the kernel's last array)
+                        probed.append((param, arrays[-1]))
         finally:
             # the kernels wrote the memory behind torch's back: count the change as an in-place op
             # does, or a module that hands changed parameters to its kernel (`as_torch`) would keep
             # the last ones, and autograd would miss a step between a forward and its backward
             if changed:
                 torch.autograd.graph.increment_version(changed)
-        stepped = {id(param) for param in changed[::2]}
-        for param, probe, before in marks:
+        for param, probe in probed:
             # (one sum of the probe's sums: a NaN or an infinity anywhere makes it one)
-            if before and id(param) in stepped and math.isfinite(probe.sum()):
+            if math.isfinite(probe.sum()):
                 mark_finite(param)
         return loss
 
